@@ -1,0 +1,39 @@
+# Two commands do all set-up on a fresh machine: `make demo` and `make test`.
+# Caches live under ~/.cache (pip, Go modules and builds, control-plane binaries) so warm runs are fast.
+
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+EXTRAS ?= dev
+STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
+comma := ,
+
+.PHONY: venv lint unit crds crds-check test e2e binaries cluster-up cluster-down demo demo-down clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
+	touch $@
+
+lint: venv
+	$(VENV)/bin/ruff check operator tests hack
+	$(VENV)/bin/ruff format --check operator tests hack
+
+unit: venv
+	$(VENV)/bin/pytest -q tests/unit
+
+crds: venv
+	$(VENV)/bin/accelbench crds --out crds
+
+crds-check: venv
+	@tmp=$$(mktemp -d) && $(VENV)/bin/accelbench crds --out $$tmp >/dev/null && \
+	  diff -ru crds $$tmp && echo "crds/ matches the API models" || \
+	  { echo "crds/ is stale: run 'make crds' and commit"; exit 1; }
+
+test: lint crds-check unit
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,189 @@
+"""FinetuneJob: fine-tune a model with LoRA or full training on one accelerator pool."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field, model_validator
+
+from .base import ApiModel, cel
+from .common import Accelerator, EnvVar, ModelSource, Pricing, Resources, RunControl
+
+
+class DatasetFormat(StrEnum):
+    AUTO = "auto"
+    CHAT = "chat"
+    PROMPT_COMPLETION = "promptCompletion"
+
+
+class DatasetSource(ApiModel):
+    uri: str = Field(min_length=1, description="JSONL file: chat `messages` or `prompt`/`completion` rows.")
+    format: DatasetFormat = DatasetFormat.AUTO
+    held_out_fraction: float = Field(default=0.05, ge=0, lt=1, description="Share kept out for eval loss.")
+    max_samples: int | None = Field(default=None, ge=1)
+
+
+class MethodType(StrEnum):
+    LORA = "lora"
+    FULL = "full"
+
+
+class Method(ApiModel):
+    """LoRA (rank required) or full fine-tuning."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                cel("self.type != 'lora' || has(self.rank)", "method lora needs a rank"),
+                cel(
+                    "self.type != 'full' || (!has(self.rank) && !has(self.alpha))",
+                    "rank and alpha apply only to method lora",
+                ),
+            ]
+        }
+    }
+
+    type: MethodType = MethodType.LORA
+    rank: int | None = Field(default=None, ge=1, le=4096)
+    alpha: float | None = Field(default=None, gt=0, description="LoRA scale numerator; defaults to 2×rank.")
+    dropout: float = Field(default=0.0, ge=0, lt=1)
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        description="Projections that get adapters; the default is every attention and MLP projection.",
+    )
+
+    @model_validator(mode="after")
+    def _lora_needs_rank(self) -> Method:
+        if self.type == MethodType.LORA and self.rank is None:
+            raise ValueError("method lora needs a rank")
+        if self.type == MethodType.FULL and (self.rank is not None or self.alpha is not None):
+            raise ValueError("rank and alpha apply only to method lora")
+        return self
+
+    @property
+    def lora_alpha(self) -> float:
+        return self.alpha if self.alpha is not None else 2.0 * (self.rank or 0)
+
+
+class Schedule(StrEnum):
+    COSINE = "cosine"
+    LINEAR = "linear"
+    CONSTANT = "constant"
+
+
+class LossOn(StrEnum):
+    """Which tokens carry loss. Both frameworks read the same mask, so the comparison stays fair."""
+
+    COMPLETION = "completion"
+    FULL = "full"
+
+
+class Precision(StrEnum):
+    BF16 = "bf16"
+    FP32 = "fp32"
+
+
+class Training(ApiModel):
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                cel("!(has(self.epochs) && has(self.maxSteps))", "set epochs or maxSteps, not both"),
+                cel(
+                    "!has(self.microBatchSize) || self.globalBatchSize % self.microBatchSize == 0",
+                    "globalBatchSize must be a multiple of microBatchSize",
+                ),
+            ]
+        }
+    }
+
+    seq_length: int = Field(default=2048, ge=8, le=1_048_576)
+    global_batch_size: int = Field(default=8, ge=1, description="Sequences per optimizer step, all chips.")
+    micro_batch_size: int | None = Field(
+        default=None, ge=1, description="Sequences per chip per forward pass; the rest is accumulation."
+    )
+    learning_rate: float = Field(default=1e-4, gt=0, le=1)
+    weight_decay: float = Field(default=0.0, ge=0)
+    warmup_steps: int = Field(default=0, ge=0)
+    schedule: Schedule = Schedule.COSINE
+    epochs: float | None = Field(default=None, gt=0)
+    max_steps: int | None = Field(default=None, ge=1)
+    loss_on: LossOn = LossOn.COMPLETION
+    packing: bool = True
+    precision: Precision = Precision.BF16
+    seed: int = 0
+    flash_attention: bool = True
+    gradient_checkpointing: bool = False
+    eval_every_steps: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> Training:
+        if self.epochs is not None and self.max_steps is not None:
+            raise ValueError("set epochs or maxSteps, not both")
+        if self.micro_batch_size is not None and self.global_batch_size % self.micro_batch_size:
+            raise ValueError("globalBatchSize must be a multiple of microBatchSize")
+        return self
+
+
+class Framework(StrEnum):
+    JAX = "jax"
+    PYTORCH = "pytorch"
+
+
+class ParallelismStrategy(StrEnum):
+    AUTO = "auto"
+    EXPLICIT = "explicit"
+
+
+class Parallelism(ApiModel):
+    """auto lets the planner shard only when the model does not fit one chip; explicit fixes the mesh."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                cel(
+                    "self.strategy != 'explicit' || has(self.fsdp) || has(self.tp)",
+                    "explicit parallelism needs fsdp and/or tp",
+                )
+            ]
+        }
+    }
+
+    strategy: ParallelismStrategy = ParallelismStrategy.AUTO
+    fsdp: int | None = Field(default=None, ge=1)
+    tp: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _explicit_needs_axes(self) -> Parallelism:
+        if self.strategy == ParallelismStrategy.EXPLICIT and self.fsdp is None and self.tp is None:
+            raise ValueError("explicit parallelism needs fsdp and/or tp")
+        return self
+
+
+class CheckpointFormat(StrEnum):
+    SAFETENSORS = "safetensors"
+    ORBAX = "orbax"
+
+
+class Output(ApiModel):
+    uri: str = Field(min_length=1)
+    format: CheckpointFormat = CheckpointFormat.SAFETENSORS
+    merge_lora: bool = Field(default=True, description="Export W + alpha/r·BA so engines load it directly.")
+
+
+class FinetuneJobSpec(RunControl):
+    """Fine-tune a model (LoRA or full) with a JAX or PyTorch worker and report throughput, MFU and cost."""
+
+    model: ModelSource
+    dataset: DatasetSource
+    method: Method = Field(default_factory=lambda: Method(rank=16))
+    training: Training = Field(default_factory=Training)
+    framework: Framework | None = Field(
+        default=None, description="Left out: jax on TPU, pytorch on GPU, Gaudi and CPU."
+    )
+    accelerator: Accelerator
+    parallelism: Parallelism = Field(default_factory=Parallelism)
+    image: str | None = Field(default=None, description="Worker image; defaults to the catalog's image.")
+    env: list[EnvVar] = Field(default_factory=list)
+    resources: Resources | None = None
+    output: Output | None = None
+    pricing: Pricing = Field(default_factory=Pricing)

@@ -1,0 +1,166 @@
+"""InferenceBench: a serving engine plus a load generator sweeping input length and load."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field, model_validator
+
+from .base import ApiModel, cel
+from .common import Accelerator, EnvVar, ModelSource, Pricing, Resources, RunControl
+
+
+class Engine(StrEnum):
+    VLLM = "vllm"
+    TGI = "tgi"
+    JETSTREAM = "jetstream"
+    EXTERNAL = "external"
+
+
+class KvCacheDtype(StrEnum):
+    AUTO = "auto"
+    FP8 = "fp8"
+    BF16 = "bf16"
+
+
+class Server(ApiModel):
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                cel("self.engine != 'external' || has(self.endpoint)", "engine external needs an endpoint"),
+                cel("self.engine == 'external' || !has(self.endpoint)", "endpoint applies only to external"),
+            ]
+        }
+    }
+
+    engine: Engine = Engine.VLLM
+    image: str | None = None
+    endpoint: str | None = Field(default=None, pattern=r"^https?://", description="For engine external.")
+    tensor_parallel: int | None = Field(default=None, ge=1, description="Left out: the planner's chips.")
+    max_model_length: int | None = Field(default=None, ge=16)
+    kv_cache_dtype: KvCacheDtype = KvCacheDtype.AUTO
+    quantization: str | None = Field(default=None, description="Engine quantization name, e.g. fp8, awq.")
+    extra_args: list[str] = Field(default_factory=list)
+    port: int = Field(default=8000, ge=1, le=65535)
+    readiness_timeout_seconds: int = Field(default=1800, ge=10)
+    env: list[EnvVar] = Field(default_factory=list)
+    resources: Resources | None = None
+
+    @model_validator(mode="after")
+    def _endpoint(self) -> Server:
+        if self.engine == Engine.EXTERNAL and not self.endpoint:
+            raise ValueError("engine external needs an endpoint")
+        if self.engine != Engine.EXTERNAL and self.endpoint:
+            raise ValueError("endpoint applies only to external")
+        return self
+
+
+class RequestApi(StrEnum):
+    COMPLETIONS = "completions"
+    CHAT = "chat"
+
+
+class PromptDatasetType(StrEnum):
+    RANDOM = "random"
+    JSONL = "jsonl"
+
+
+class PromptDataset(ApiModel):
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                cel("self.type != 'jsonl' || has(self.uri)", "dataset jsonl needs a uri"),
+            ]
+        }
+    }
+
+    type: PromptDatasetType = PromptDatasetType.RANDOM
+    uri: str | None = None
+
+    @model_validator(mode="after")
+    def _uri(self) -> PromptDataset:
+        if self.type == PromptDatasetType.JSONL and not self.uri:
+            raise ValueError("dataset jsonl needs a uri")
+        return self
+
+
+class Workload(ApiModel):
+    """The sweep: every input length × every concurrency (closed loop) and request rate (open loop)."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                cel(
+                    "size(self.concurrency) > 0 || size(self.requestRates) > 0",
+                    "workload needs concurrency levels or request rates",
+                ),
+                cel("self.concurrency.all(c, c >= 1)", "every concurrency must be at least 1"),
+                cel("self.requestRates.all(r, r > 0.0)", "every request rate must be above 0"),
+                cel("self.inputLengths.all(n, n >= 1)", "every input length must be at least 1"),
+            ]
+        }
+    }
+
+    input_lengths: list[int] = Field(default_factory=lambda: [512], min_length=1, max_length=64)
+    output_length: int = Field(default=128, ge=1)
+    concurrency: list[int] = Field(default_factory=lambda: [1, 4, 16], max_length=64)
+    request_rates: list[float] = Field(default_factory=list, max_length=64)
+    requests_per_point: int | None = Field(default=None, ge=1)
+    seconds_per_point: float | None = Field(default=None, gt=0)
+    warmup_requests: int = Field(default=4, ge=0)
+    dataset: PromptDataset = Field(default_factory=PromptDataset)
+    ignore_eos: bool = True
+    api: RequestApi = RequestApi.COMPLETIONS
+
+    @model_validator(mode="after")
+    def _levels(self) -> Workload:
+        if not self.concurrency and not self.request_rates:
+            raise ValueError("workload needs concurrency levels or request rates")
+        if any(c < 1 for c in self.concurrency):
+            raise ValueError("every concurrency must be at least 1")
+        if any(r <= 0 for r in self.request_rates):
+            raise ValueError("every request rate must be above 0")
+        if any(n < 1 for n in self.input_lengths):
+            raise ValueError("every input length must be at least 1")
+        return self
+
+
+class Slo(ApiModel):
+    """A request meets the SLO when each set bound holds; a level passes at the attainment share."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                cel(
+                    "has(self.ttftMs) || has(self.tpotMs) || has(self.e2eMs)",
+                    "slo needs at least one of ttftMs, tpotMs, e2eMs",
+                )
+            ]
+        }
+    }
+
+    ttft_ms: float | None = Field(default=None, gt=0)
+    tpot_ms: float | None = Field(default=None, gt=0)
+    e2e_ms: float | None = Field(default=None, gt=0)
+    attainment: float = Field(default=0.9, gt=0, le=1)
+
+    @model_validator(mode="after")
+    def _some_bound(self) -> Slo:
+        if self.ttft_ms is None and self.tpot_ms is None and self.e2e_ms is None:
+            raise ValueError("slo needs at least one of ttftMs, tpotMs, e2eMs")
+        return self
+
+
+class InferenceBenchSpec(RunControl):
+    """Serve a model and sweep load against it: latency percentiles, SLO capacity and $ per 1M tokens."""
+
+    model: ModelSource
+    server: Server = Field(default_factory=Server)
+    accelerator: Accelerator
+    workload: Workload = Field(default_factory=Workload)
+    slo: Slo | None = None
+    capacity_search: bool = Field(
+        default=True, description="Search the largest concurrency that meets the SLO (needs slo)."
+    )
+    client_image: str | None = None
+    pricing: Pricing = Field(default_factory=Pricing)

@@ -1,0 +1,136 @@
+"""WorkerReport: what a worker writes when it ends. Workers write it, the operator validates it.
+
+The compact form goes to the termination-message file, which the kubelet caps at 4096 bytes, so
+`to_termination_message` drops the long fields (loss history, per-cell data) until it fits.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+
+from pydantic import Field
+
+from .base import ApiModel
+from .status import BenchResults
+
+TERMINATION_MESSAGE_LIMIT = 4096
+REPORT_SCHEMA_VERSION = 1
+
+
+class ReportKind(StrEnum):
+    FINETUNE = "finetune"
+    BENCH = "bench"
+
+
+class WorkerError(ApiModel):
+    type: str = Field(max_length=200)
+    message: str = Field(max_length=2000)
+
+
+class FinetuneMetrics(ApiModel):
+    steps: int = Field(ge=0)
+    trained_tokens: int = Field(ge=0, description="Tokens that carry loss, after masking.")
+    tokens_per_second: float = Field(ge=0, description="Trained tokens per second of steady-state steps.")
+    tokens_per_second_per_chip: float = Field(ge=0)
+    mfu: float | None = Field(default=None, ge=0, le=1.5)
+    flops_per_token: float | None = Field(default=None, ge=0)
+    mfu_formula: str | None = Field(default=None, max_length=300)
+    peak_tflops_per_chip: float | None = Field(default=None, gt=0)
+    first_loss: float | None = None
+    final_loss: float | None = None
+    eval_loss: float | None = None
+    perplexity: float | None = None
+    loss_history: list[float] = Field(default_factory=list)
+
+
+class Timings(ApiModel):
+    total_seconds: float = Field(ge=0)
+    setup_seconds: float | None = Field(default=None, ge=0)
+    compile_seconds: float | None = Field(default=None, ge=0)
+    train_seconds: float | None = Field(default=None, ge=0)
+    step_seconds_mean: float | None = Field(default=None, ge=0)
+
+
+class Memory(ApiModel):
+    peak_bytes_per_chip: int | None = Field(default=None, ge=0)
+    capacity_bytes_per_chip: int | None = Field(default=None, ge=0)
+
+
+class WorkerReport(ApiModel):
+    schema_version: int = REPORT_SCHEMA_VERSION
+    kind: ReportKind
+    ok: bool
+    framework: str | None = Field(default=None, max_length=50)
+    device: str | None = Field(default=None, max_length=200, description="What ran it, e.g. NVIDIA H200.")
+    chips: int = Field(default=1, ge=1)
+    rank: int = Field(default=0, ge=0)
+    finetune: FinetuneMetrics | None = None
+    bench: BenchResults | None = None
+    timings: Timings | None = None
+    memory: Memory | None = None
+    versions: dict[str, str] = Field(default_factory=dict)
+    error: WorkerError | None = None
+
+    def to_termination_message(self, limit: int = TERMINATION_MESSAGE_LIMIT) -> str:
+        """Compact JSON under `limit` bytes: long lists are thinned, then dropped, before anything else."""
+        report = self.model_copy(deep=True)
+        text = _compact(report)
+        if len(text.encode()) <= limit:
+            return text
+        if report.finetune is not None:
+            report.finetune.loss_history = report.finetune.loss_history[-16:]
+        if report.bench is not None:
+            report.bench.cells = report.bench.cells[:8]
+        report.versions = dict(list(report.versions.items())[:6])
+        text = _compact(report)
+        if len(text.encode()) <= limit:
+            return text
+        if report.finetune is not None:
+            report.finetune.loss_history = []
+        if report.bench is not None:
+            report.bench.cells = []
+        report.versions = {}
+        text = _compact(report)
+        if len(text.encode()) > limit:
+            raise ValueError(f"report does not fit {limit} bytes even without its lists")
+        return text
+
+
+def _compact(report: WorkerReport) -> str:
+    return json.dumps(report.to_wire(), separators=(",", ":"), allow_nan=False)
+
+
+class ReportError(ValueError):
+    """A report that cannot be trusted; `reason` becomes the condition reason."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def parse_termination_message(text: str | None, limit: int = TERMINATION_MESSAGE_LIMIT) -> WorkerReport:
+    """Validate a worker's termination message. Garbage raises ReportError, never anything else."""
+    if text is None or not text.strip():
+        raise ReportError("ResultMissing", "the worker wrote no report to its termination message")
+    if len(text.encode(errors="replace")) > limit:
+        raise ReportError("ResultInvalid", f"report is {len(text.encode())} bytes, over the {limit} limit")
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise ReportError("ResultInvalid", f"report is not JSON: {_short(str(exc))}") from None
+    if not isinstance(data, dict):
+        raise ReportError("ResultInvalid", f"report must be a JSON object, got {type(data).__name__}")
+    version = data.get("schemaVersion")
+    if version != REPORT_SCHEMA_VERSION:
+        raise ReportError(
+            "ResultInvalid", f"report schemaVersion {version!r} is not {REPORT_SCHEMA_VERSION}"
+        )
+    try:
+        return WorkerReport.model_validate(data)
+    except ValueError as exc:
+        raise ReportError("ResultInvalid", f"report does not match the schema: {_short(str(exc))}") from None
+
+
+def _short(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,166 @@
+"""Status of both kinds: phase, conditions with reasons a user can act on, plan, results, cost."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field
+
+from .base import ApiModel
+
+
+class Phase(StrEnum):
+    PENDING = "Pending"
+    SCHEDULING = "Scheduling"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    SUSPENDED = "Suspended"
+
+
+TERMINAL_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED})
+
+
+class ConditionType(StrEnum):
+    READY = "Ready"  # the spec is valid and children exist
+    SCHEDULED = "Scheduled"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    RESULT_VALID = "ResultValid"
+
+
+class Reason(StrEnum):
+    """Why a condition is what it is; each one tells the user what to look at."""
+
+    INVALID_SPEC = "InvalidSpec"
+    CHILDREN_CREATED = "ChildrenCreated"
+    QUEUED = "Queued"
+    SUSPENDED = "Suspended"
+    UNSCHEDULABLE = "Unschedulable"
+    SCHEDULED = "Scheduled"
+    IMAGE_PULL_BACK_OFF = "ImagePullBackOff"
+    OOM_KILLED = "OOMKilled"
+    PREEMPTED = "Preempted"
+    DEADLINE_EXCEEDED = "DeadlineExceeded"
+    BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
+    CONTAINER_FAILED = "ContainerFailed"
+    WORKER_ERROR = "WorkerError"
+    RUNNING = "Running"
+    COMPLETED = "Completed"
+    RESULT_VALID = "ResultValid"
+    RESULT_INVALID = "ResultInvalid"
+    RESULT_MISSING = "ResultMissing"
+
+
+class Condition(ApiModel):
+    type: str
+    status: str = Field(pattern="^(True|False|Unknown)$")
+    reason: str
+    message: str = ""
+    last_transition_time: str | None = None
+    observed_generation: int | None = None
+
+
+class PlanStatus(ApiModel):
+    """What the planner chose, so the user sees chips and memory before the pods run."""
+
+    chips: int
+    hosts: int
+    chips_per_host: int
+    topology: str | None = None
+    fsdp: int = 1
+    tp: int = 1
+    memory_per_chip_gb: float
+    hbm_per_chip_gb: float
+    framework: str | None = None
+
+
+class Children(ApiModel):
+    job: str | None = None
+    service: str | None = None
+    server: str | None = None
+    client: str | None = None
+    results_config_map: str | None = None
+
+
+class Progress(ApiModel):
+    step: int | None = None
+    total_steps: int | None = None
+    loss: float | None = None
+    tokens_per_second: float | None = None
+    updated_at: str | None = None
+
+
+class Cost(ApiModel):
+    dollars: float
+    chips: int
+    hours: float
+    dollars_per_chip_hour: float
+    price_source: str = Field(description="Where the price came from: catalog entry and date, or custom.")
+
+
+class FinetuneResults(ApiModel):
+    tokens_per_second: float
+    tokens_per_second_per_chip: float
+    mfu: float | None = None
+    mfu_formula: str | None = None
+    trained_tokens: int
+    steps: int
+    first_loss: float | None = None
+    final_loss: float | None = None
+    eval_loss: float | None = None
+    perplexity: float | None = None
+    train_seconds: float | None = None
+    device: str | None = None
+
+
+class BenchCell(ApiModel):
+    """One point of the sweep: an input length at a concurrency (closed loop) or a rate (open loop)."""
+
+    input_length: int
+    concurrency: int | None = None
+    request_rate: float | None = None
+    ttft_p50_ms: float | None = None
+    ttft_p99_ms: float | None = None
+    tpot_p50_ms: float | None = None
+    tpot_p99_ms: float | None = None
+    output_tokens_per_second: float | None = None
+    attainment: float | None = None
+    errors: int = 0
+
+
+class BenchResults(ApiModel):
+    cells: list[BenchCell] = Field(default_factory=list)
+    capacity_concurrency: int | None = Field(default=None, description="Largest level meeting the SLO.")
+    binding_constraint: str | None = None
+    first_failing_concurrency: int | None = None
+    peak_output_tokens_per_second: float | None = None
+    dollars_per_million_tokens_at_capacity: float | None = None
+    dollars_per_million_tokens_at_peak: float | None = None
+    server_startup_seconds: float | None = None
+
+
+class ResourceStatus(ApiModel):
+    phase: Phase | None = None
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    observed_generation: int | None = None
+    accelerator: str | None = Field(default=None, description="Type and shape, for the printer column.")
+    plan: PlanStatus | None = None
+    children: Children | None = None
+    start_time: str | None = None
+    completion_time: str | None = None
+    progress: Progress | None = None
+    cost: Cost | None = None
+    message: str | None = None
+
+
+class FinetuneJobStatus(ResourceStatus):
+    results: FinetuneResults | None = None
+
+
+class InferenceBenchStatus(ResourceStatus):
+    results: BenchResults | None = None

@@ -1,0 +1,70 @@
+"""Read manifest files (YAML, several documents, `-` for stdin) into typed resources."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from .api import Resource, parse_resource
+from .errors import describe_validation_error
+
+
+class ManifestError(ValueError):
+    """A file that cannot be used, with every problem in one readable message."""
+
+
+@dataclass(frozen=True)
+class LoadedResource:
+    source: str  # file:document-index, for messages
+    resource: Resource
+
+
+def read_documents(path: str) -> list[dict[str, Any]]:
+    text = _read_text(path)
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        raise ManifestError(f"{path}: not valid YAML: {exc}") from None
+    for i, doc in enumerate(docs):
+        if not isinstance(doc, dict):
+            raise ManifestError(f"{path}: document {i + 1} is a {type(doc).__name__}, not a mapping")
+    if not docs:
+        raise ManifestError(f"{path}: no documents")
+    return docs
+
+
+def load_resources(path: str) -> list[LoadedResource]:
+    """Every document of the file as a FinetuneJob or InferenceBench; all errors reported at once."""
+    loaded: list[LoadedResource] = []
+    problems: list[str] = []
+    for i, doc in enumerate(read_documents(path)):
+        where = f"{path}[{i}]" if i else path
+        name = (doc.get("metadata") or {}).get("name", "?") if isinstance(doc.get("metadata"), dict) else "?"
+        try:
+            loaded.append(LoadedResource(where, parse_resource(doc)))
+        except ValidationError as exc:
+            problems += [f"{where} ({doc.get('kind')} {name}): {line}" for line in describe_validation_error(exc)]
+        except ValueError as exc:
+            problems.append(f"{where}: {exc}")
+    if problems:
+        raise ManifestError("\n".join(problems))
+    return loaded
+
+
+def _read_text(path: str) -> str:
+    if path == "-":
+        return sys.stdin.read()
+    file = Path(path)
+    if not file.exists():
+        raise ManifestError(f"{path}: no such file")
+    if file.is_dir():
+        raise ManifestError(f"{path}: is a directory; pass a manifest file")
+    try:
+        return file.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ManifestError(f"{path}: cannot read: {exc}") from None

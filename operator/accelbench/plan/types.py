@@ -1,0 +1,59 @@
+"""What the planner decides; the renderer and the controller read it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes per chip, broken down so a user sees why a spec does or does not fit."""
+
+    weights: float
+    gradients: float
+    optimizer: float
+    adapters: float
+    activations: float
+    kv_cache: float = 0.0
+    overhead: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return (
+            self.weights
+            + self.gradients
+            + self.optimizer
+            + self.adapters
+            + self.activations
+            + self.kv_cache
+            + self.overhead
+        )
+
+
+@dataclass(frozen=True)
+class Plan:
+    accelerator: str  # catalog name
+    framework: str  # jax | pytorch
+    chips: int
+    hosts: int
+    chips_per_host: int
+    topology: str | None  # TPU only
+    fsdp: int
+    tp: int
+    memory: MemoryEstimate  # per chip
+    hbm_per_chip_gb: float
+    dollars_per_chip_hour: float
+    price_source: str
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def multi_host(self) -> bool:
+        return self.hosts > 1
+
+    @property
+    def dollars_per_hour(self) -> float:
+        return self.chips * self.dollars_per_chip_hour
+
+
+class PlanError(ValueError):
+    """The spec cannot run as asked; the message says what would (e.g. needs >= 4 x H100 80 GB)."""
