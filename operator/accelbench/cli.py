@@ -47,10 +47,21 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     table = Table(title="accelbench plan", show_lines=False)
-    for col in ("resource", "accelerator", "framework", "chips", "hosts", "topology", "fsdp×tp",
-                "GB/chip (need/HBM)", "$/hour", "price source"):
+    for col in (
+        "resource",
+        "accelerator",
+        "framework",
+        "chips",
+        "hosts",
+        "topology",
+        "fsdp×tp",
+        "GB/chip (need/HBM)",
+        "$/hour",
+        "price source",
+    ):
         table.add_column(col, overflow="fold")
     notes: list[str] = []
+    sources: dict[str, str] = {}
     for item, plan, _ in _plans(load_resources(args.file)):
         res = item.resource
         mem = plan.memory.total / 1e9
@@ -64,14 +75,22 @@ def cmd_plan(args: argparse.Namespace) -> int:
             f"{plan.fsdp}×{plan.tp}",
             f"{mem:.1f} / {plan.hbm_per_chip_gb:g}",
             f"{plan.dollars_per_hour:.2f}",
-            plan.price_source,
+            _price_label(plan.price_source),
         )
+        sources[_price_label(plan.price_source)] = plan.price_source
         notes += [f"{res.metadata.name}: {n}" for n in plan.notes]
     console = Console(width=max(Console().width, 140))
     console.print(table)
     for note in notes:
         console.print(f"  note: {note}")
+    for source in sources.values():
+        console.print(f"  price: {source}")
     return 0
+
+
+def _price_label(source: str) -> str:
+    """The short head of a price source ('catalog h100 on-demand'); the rest is printed below."""
+    return source.split(",")[0]
 
 
 def cmd_render(args: argparse.Namespace) -> int:
@@ -97,7 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
     crds.set_defaults(func=cmd_crds)
 
     plan = sub.add_parser("plan", help="show chips, memory and $/hour the planner picks for a manifest")
-    plan.add_argument("-f", "--file", required=True, help="manifest file (YAML, several documents ok; - = stdin)")
+    plan.add_argument(
+        "-f", "--file", required=True, help="manifest file (YAML, several documents ok; - = stdin)"
+    )
     plan.set_defaults(func=cmd_plan)
 
     render = sub.add_parser("render", help="print the child Kubernetes objects, like `helm template`")
@@ -110,10 +131,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from .plan.types import PlanError
+    from .render.errors import RenderError
 
     try:
         return int(args.func(args) or 0)
-    except (ManifestError, PlanError) as exc:
+    except (ManifestError, PlanError, RenderError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:

@@ -116,8 +116,12 @@ _FINETUNE_COLUMNS = [
     {"name": "MFU", "type": "number", "jsonPath": ".status.results.mfu"},
     {"name": "Cost $", "type": "number", "jsonPath": ".status.cost.dollars"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-    {"name": "Reason", "type": "string", "jsonPath": ".status.conditions[?(@.status==\"False\")].reason",
-     "priority": 1},
+    {
+        "name": "Reason",
+        "type": "string",
+        "jsonPath": '.status.conditions[?(@.status=="False")].reason',
+        "priority": 1,
+    },
 ]
 
 _BENCH_COLUMNS = [
@@ -188,11 +192,21 @@ def generate_crds(catalog: Catalog) -> dict[str, dict[str, Any]]:
     """File name -> CRD object, for `accelbench crds` and the chart."""
     return {
         f"{GROUP}_{FinetuneJob.PLURAL}.yaml": _crd(
-            FinetuneJob.KIND, FinetuneJob.PLURAL, FinetuneJob.SHORT_NAMES,
-            FinetuneJobSpec, FinetuneJobStatus, _FINETUNE_COLUMNS, catalog,
+            FinetuneJob.KIND,
+            FinetuneJob.PLURAL,
+            FinetuneJob.SHORT_NAMES,
+            FinetuneJobSpec,
+            FinetuneJobStatus,
+            _FINETUNE_COLUMNS,
+            catalog,
         ),
         f"{GROUP}_{InferenceBench.PLURAL}.yaml": _crd(
-            InferenceBench.KIND, InferenceBench.PLURAL, InferenceBench.SHORT_NAMES,
-            InferenceBenchSpec, InferenceBenchStatus, _BENCH_COLUMNS, catalog,
+            InferenceBench.KIND,
+            InferenceBench.PLURAL,
+            InferenceBench.SHORT_NAMES,
+            InferenceBenchSpec,
+            InferenceBenchStatus,
+            _BENCH_COLUMNS,
+            catalog,
         ),
     }

@@ -48,7 +48,9 @@ def load_resources(path: str) -> list[LoadedResource]:
         try:
             loaded.append(LoadedResource(where, parse_resource(doc)))
         except ValidationError as exc:
-            problems += [f"{where} ({doc.get('kind')} {name}): {line}" for line in describe_validation_error(exc)]
+            problems += [
+                f"{where} ({doc.get('kind')} {name}): {line}" for line in describe_validation_error(exc)
+            ]
         except ValueError as exc:
             problems.append(f"{where}: {exc}")
     if problems:

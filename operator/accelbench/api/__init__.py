@@ -4,7 +4,7 @@ This package imports nothing else of the project.
 """
 
 from .base import API_VERSION, GROUP, VERSION, ApiModel
-from .common import Accelerator, AcceleratorType, Capacity, ModelFamily, ModelSource, Pricing, PriceSource
+from .common import Accelerator, AcceleratorType, Capacity, ModelFamily, ModelSource, PriceSource, Pricing
 from .finetune import FinetuneJobSpec, Framework, LossOn, MethodType
 from .inference import Engine, InferenceBenchSpec
 from .report import ReportError, WorkerReport, parse_termination_message

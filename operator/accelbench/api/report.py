@@ -123,9 +123,7 @@ def parse_termination_message(text: str | None, limit: int = TERMINATION_MESSAGE
         raise ReportError("ResultInvalid", f"report must be a JSON object, got {type(data).__name__}")
     version = data.get("schemaVersion")
     if version != REPORT_SCHEMA_VERSION:
-        raise ReportError(
-            "ResultInvalid", f"report schemaVersion {version!r} is not {REPORT_SCHEMA_VERSION}"
-        )
+        raise ReportError("ResultInvalid", f"report schemaVersion {version!r} is not {REPORT_SCHEMA_VERSION}")
     try:
         return WorkerReport.model_validate(data)
     except ValueError as exc:

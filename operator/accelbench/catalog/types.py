@@ -9,6 +9,10 @@ class CatalogModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class CatalogError(ValueError):
+    """The catalog cannot answer: unknown model shape, bad price override, broken data file."""
+
+
 class Price(CatalogModel):
     on_demand: float = Field(ge=0, description="$ per chip-hour")
     spot: float | None = Field(default=None, ge=0)
@@ -58,6 +62,11 @@ class AcceleratorSpec(CatalogModel):
     default_framework: str  # jax or pytorch
     images: WorkerImages
     price: Price
+    # Memory the runtime holds on every chip before the model gets any (CUDA/HPU context, NCCL or
+    # collective buffers, allocator slack); the planner adds it to each chip's estimate.
+    runtime_overhead_gb: float = Field(default=2.0, ge=0)
+    machine_type: str | None = None  # the node shape these figures describe, e.g. a3-highgpu-8g
+    notes: list[str] = Field(default_factory=list)  # caveats a user should read with the figures
 
     @property
     def is_tpu(self) -> bool:
@@ -74,4 +83,67 @@ class Catalog(CatalogModel):
         try:
             return self.accelerators[name]
         except KeyError:
-            raise KeyError(f"accelerator {name!r} is not in the catalog ({', '.join(self.accelerators)})") from None
+            raise KeyError(
+                f"accelerator {name!r} is not in the catalog ({', '.join(self.accelerators)})"
+            ) from None
+
+
+class ModelShape(CatalogModel):
+    """What the planner needs to know about a decoder-only transformer before any pod runs.
+
+    Layers come in two kinds when `sliding_window` is set: local (sliding-window) layers and global
+    (full-attention) layers, `local_per_global` local layers before each global one. Global layers
+    may use their own head size and KV-head count (`global_head_dim`, `global_kv_heads`), and with
+    `attention_k_eq_v` they have no separate V projection.
+    """
+
+    family: str
+    size: str
+    reference: str  # where the shape comes from (model repository or config)
+    layers: int = Field(ge=1)
+    hidden: int = Field(ge=1)
+    heads: int = Field(ge=1)
+    kv_heads: int = Field(ge=1)
+    head_dim: int = Field(ge=1)
+    intermediate: int = Field(ge=1)
+    vocab: int = Field(ge=1)
+    tied_embeddings: bool
+    sliding_window: int | None = Field(default=None, ge=1)
+    local_per_global: int | None = Field(default=None, ge=1)
+    global_head_dim: int | None = Field(default=None, ge=1)
+    global_kv_heads: int | None = Field(default=None, ge=1)
+    attention_k_eq_v: bool = False
+    parameters: int = Field(ge=1, description="Total parameters of the checkpoint (what gets loaded).")
+    extra_parameters: int = Field(default=0, ge=0, description="Parameters outside the decoder (vision).")
+    approximate: bool = False
+    note: str | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.family}-{self.size}"
+
+    def is_global_layer(self, index: int) -> bool:
+        """Layer `index` (0-based) attends to the whole context."""
+        if self.sliding_window is None or self.local_per_global is None:
+            return True
+        return (index + 1) % (self.local_per_global + 1) == 0
+
+    @property
+    def global_layers(self) -> int:
+        return sum(1 for i in range(self.layers) if self.is_global_layer(i))
+
+    @property
+    def local_layers(self) -> int:
+        return self.layers - self.global_layers
+
+    def layer_heads(self, global_layer: bool) -> tuple[int, int]:
+        """(kv_heads, head_dim) of a global or a local layer."""
+        if global_layer:
+            return (self.global_kv_heads or self.kv_heads, self.global_head_dim or self.head_dim)
+        return (self.kv_heads, self.head_dim)
+
+
+class ModelCatalog(CatalogModel):
+    """Model shapes by family, then size (lower case, e.g. 31b, 270m, tiny)."""
+
+    families: dict[str, dict[str, ModelShape]]

@@ -45,6 +45,9 @@ class Plan:
     dollars_per_chip_hour: float
     price_source: str
     notes: list[str] = field(default_factory=list)
+    # Sequences per chip per forward pass that the memory estimate assumed (fine-tuning only); the
+    # worker should use the same, making up the global batch with gradient accumulation.
+    micro_batch_size: int | None = None
 
     @property
     def multi_host(self) -> bool:

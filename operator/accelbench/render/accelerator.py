@@ -1,0 +1,146 @@
+"""Pod-spec facts per accelerator: node selection, tolerations, device requests, privileges.
+
+See DESIGN.md "Accelerators (pod-spec facts)". Everything here reads the catalog entry and the
+plan; nothing is looked up in a cluster.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..api.common import Accelerator, Capacity, Resources
+from ..catalog.types import AcceleratorSpec
+from ..plan.types import Plan
+from .errors import RenderError
+
+VENDOR_GOOGLE = "google"
+VENDOR_NVIDIA = "nvidia"
+VENDOR_HABANA = "habana"
+VENDOR_CPU = "cpu"
+
+TPU_TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
+SPOT_LABEL = "cloud.google.com/gke-spot"
+RESERVATION_NAME_LABEL = "cloud.google.com/reservation-name"
+RESERVATION_AFFINITY_LABEL = "cloud.google.com/reservation-affinity"
+
+# Habana's Kubernetes examples give a pod 95000Mi of 2 MiB huge pages; that is spread over the
+# cards here so an 8-card host gets the same. The PyTorch bridge pins host buffers in huge pages.
+GAUDI_HUGEPAGES_MI_PER_CARD = 11875
+# Kubernetes refuses huge pages without a cpu or memory request; a share of the host's memory
+# proportional to the cards taken, minus headroom for the kubelet and system daemons.
+GAUDI_MEMORY_SHARE = 0.75
+
+# Our worker and client images run as this user; fsGroup makes mounted volumes writable for it.
+NON_ROOT_UID = 1000
+
+
+def is_tpu(spec: AcceleratorSpec) -> bool:
+    return spec.vendor == VENDOR_GOOGLE
+
+
+def needs_shm(spec: AcceleratorSpec) -> bool:
+    """NCCL and the Habana collectives pass tensors through /dev/shm; the runtime default is 64 MiB."""
+    return spec.vendor in (VENDOR_NVIDIA, VENDOR_HABANA)
+
+
+def build_node_selector(spec: AcceleratorSpec, plan: Plan, accelerator: Accelerator) -> dict[str, str]:
+    selector = dict(spec.node_labels)
+    if is_tpu(spec):
+        # The accelerator label alone matches every slice shape of that generation; GKE only
+        # schedules a pod onto the nodes of one slice when the topology is selected as well.
+        if not plan.topology:
+            raise RenderError(f"plan for {spec.name} has no TPU topology")
+        selector[TPU_TOPOLOGY_LABEL] = plan.topology
+    if accelerator.capacity == Capacity.SPOT:
+        selector[SPOT_LABEL] = "true"
+    elif accelerator.capacity == Capacity.RESERVATION:
+        if not accelerator.reservation_name:
+            raise RenderError("capacity reservation needs reservationName")
+        selector[RESERVATION_NAME_LABEL] = accelerator.reservation_name
+        selector[RESERVATION_AFFINITY_LABEL] = "specific"
+    return selector
+
+
+def build_tolerations(spec: AcceleratorSpec, accelerator: Accelerator) -> list[dict[str, Any]]:
+    tolerations = [{"key": t.key, "operator": t.operator, "effect": t.effect} for t in spec.tolerations]
+    if accelerator.capacity == Capacity.SPOT:
+        # GKE taints Spot nodes it provisions itself; tolerating the taint is harmless where absent.
+        tolerations.append({"key": SPOT_LABEL, "operator": "Equal", "value": "true", "effect": "NoSchedule"})
+    return tolerations
+
+
+def build_device_resources(spec: AcceleratorSpec, plan: Plan) -> dict[str, dict[str, str]]:
+    """Requests and limits for the chips of one host (none for cpu)."""
+    if spec.resource_name is None:
+        return {"requests": {}, "limits": {}}
+    chips = str(plan.chips_per_host)
+    # Extended resources cannot be overcommitted: request and limit must be equal.
+    requests = {spec.resource_name: chips}
+    limits = {spec.resource_name: chips}
+    if spec.vendor == VENDOR_HABANA:
+        hugepages = f"{GAUDI_HUGEPAGES_MI_PER_CARD * plan.chips_per_host}Mi"
+        share = plan.chips_per_host / max(spec.max_chips_per_host, 1)
+        memory = f"{max(int(spec.host_memory_gb * share * GAUDI_MEMORY_SHARE), 1)}Gi"
+        for part in (requests, limits):
+            part["hugepages-2Mi"] = hugepages
+            part["memory"] = memory
+    return {"requests": requests, "limits": limits}
+
+
+def merge_resources(base: dict[str, dict[str, str]], override: Resources | None) -> dict[str, Any]:
+    """spec.resources wins key by key; empty sections are dropped so the object stays minimal."""
+    requests = dict(base.get("requests", {}))
+    limits = dict(base.get("limits", {}))
+    if override is not None:
+        requests.update(override.requests or {})
+        limits.update(override.limits or {})
+    merged: dict[str, Any] = {}
+    if requests:
+        merged["requests"] = requests
+    if limits:
+        merged["limits"] = limits
+    return merged
+
+
+def non_root_pod_security() -> dict[str, Any]:
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": NON_ROOT_UID,
+        "runAsGroup": NON_ROOT_UID,
+        "fsGroup": NON_ROOT_UID,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def build_pod_security(spec: AcceleratorSpec, run_as_non_root: bool) -> dict[str, Any]:
+    """Pod securityContext. Gaudi runs as root: the Habana runtime and device nodes expect it.
+
+    `run_as_non_root` is False for third-party engine images (vLLM, TGI), which run as root and
+    write their caches under /root.
+    """
+    if run_as_non_root and spec.vendor != VENDOR_HABANA:
+        return non_root_pod_security()
+    return {"seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def build_container_security(spec: AcceleratorSpec) -> dict[str, Any]:
+    """Container securityContext: nothing beyond what the device needs.
+
+    Gaudi's runtime needs SYS_NICE (it sets thread priorities of its scheduler threads); the other
+    accelerators work with every capability dropped (GKE TPU and GPU devices need no privileges).
+    """
+    if spec.vendor == VENDOR_HABANA:
+        return {"allowPrivilegeEscalation": False, "capabilities": {"add": ["SYS_NICE"]}}
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
+def uses_host_ipc(spec: AcceleratorSpec) -> bool:
+    # The Habana collectives share memory across the per-card processes through the host's IPC
+    # namespace; without it multi-card runs fail at initialisation.
+    return spec.vendor == VENDOR_HABANA
+
+
+def shm_volume() -> tuple[dict[str, Any], dict[str, Any]]:
+    """A memory-backed /dev/shm. No sizeLimit: it counts against the pod's memory, and a fixed cap
+    small enough to be safe would starve NCCL on 8-GPU hosts."""
+    return {"name": "dshm", "emptyDir": {"medium": "Memory"}}, {"name": "dshm", "mountPath": "/dev/shm"}

@@ -1,0 +1,205 @@
+"""FinetuneJob -> (headless Service when multi-host) + Indexed Job of training workers.
+
+Worker exit codes (the contract with accelbench.workers.*; the Job's podFailurePolicy acts on them):
+
+    0    success; the WorkerReport is in /dev/termination-log
+    1    unexpected error (crash, lost peer, I/O): retried, counted against backoffLimit
+    3    invalid configuration (bad spec, model or dataset unreadable, does not fit): FailJob at
+         once, because retrying the same input cannot succeed
+    137  killed (OOMKilled, or SIGKILL on deadline): retried like 1; the controller reads the
+         container's reason to tell OOM apart
+
+Pods evicted by a disruption (preemption, drain, Spot reclaim) are ignored, not counted.
+
+Env contract of the training container, in order (user spec.env last, replacing same names):
+
+    ACCELBENCH_JOB             compact JSON: apiVersion, kind, metadata{name,namespace,uid},
+                               spec (manifest form) and plan (camelCase) -- see payload.py
+    ACCELBENCH_PVC_ROOT        where pvc://CLAIM/PATH is mounted: $ACCELBENCH_PVC_ROOT/CLAIM/PATH
+    ACCELBENCH_METRICS_PORT    the Prometheus port the worker serves (named `metrics`)
+    ACCELBENCH_TERMINATION_LOG where the compact WorkerReport goes
+    JOB_COMPLETION_INDEX       this host's index 0..hosts-1
+    jax:     JAX_COORDINATOR_ADDRESS (<job>-0.<service>:8476, multi-host only),
+             JAX_NUM_PROCESSES (= hosts), JAX_PROCESS_ID (= the index)
+    pytorch: MASTER_ADDR (<job>-0.<service>, or 127.0.0.1 on one host), MASTER_PORT=29500,
+             NNODES (= hosts), NPROC_PER_NODE (= chips per host), NODE_RANK (= the index)
+
+On TPU, GKE also injects TPU_WORKER_ID and TPU_WORKER_HOSTNAMES for a multi-host Indexed Job with a
+subdomain; jax.distributed.initialize() prefers those and the JAX_* values agree with them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..api import FinetuneJob
+from ..catalog.types import AcceleratorSpec, Catalog
+from ..plan.types import Plan
+from . import accelerator as accel
+from .errors import RenderError
+from .meta import build_metadata
+from .names import Role, labels, selector_labels, train_job_name, train_service_name
+from .payload import JOB_ENV, job_payload_json
+from .storage import ClaimUse, build_claim_volumes
+from .workload import (
+    TERMINATION_LOG,
+    JobShape,
+    build_headless_service,
+    build_job,
+    container_base,
+    env_completion_index,
+    env_value,
+    is_suspended,
+    merge_env,
+)
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_INVALID_CONFIG = 3
+
+WORKER_CONTAINER = "worker"
+WORKER_MODULE = "accelbench.workers.finetune"
+METRICS_PORT = 9090
+PVC_ROOT = "/mnt/pvc"
+JAX_COORDINATOR_PORT = 8476
+TORCH_MASTER_PORT = 29500
+
+
+def worker_image(job: FinetuneJob, plan: Plan, spec: AcceleratorSpec) -> str:
+    image = job.spec.image or getattr(spec.images, plan.framework, None)
+    if not image:
+        raise RenderError(f"no {plan.framework} worker image for {spec.name} in the catalog; set spec.image")
+    return image
+
+
+def build_distributed_env(job_name: str, service: str, plan: Plan) -> list[dict[str, Any]]:
+    """Rendezvous for the framework: rank 0's stable DNS name is the coordinator."""
+    leader = f"{job_name}-0.{service}"
+    if plan.framework == "jax":
+        env = []
+        if plan.multi_host:
+            env.append(env_value("JAX_COORDINATOR_ADDRESS", f"{leader}:{JAX_COORDINATOR_PORT}"))
+        env.append(env_value("JAX_NUM_PROCESSES", plan.hosts))
+        env.append(env_completion_index("JAX_PROCESS_ID"))
+        return env
+    if plan.framework == "pytorch":
+        return [
+            env_value("MASTER_ADDR", leader if plan.multi_host else "127.0.0.1"),
+            env_value("MASTER_PORT", TORCH_MASTER_PORT),
+            env_value("NNODES", plan.hosts),
+            env_value("NPROC_PER_NODE", plan.chips_per_host),
+            env_completion_index("NODE_RANK"),
+        ]
+    raise RenderError(f"framework {plan.framework!r} is neither jax nor pytorch")
+
+
+def build_worker_env(job: FinetuneJob, plan: Plan) -> list[dict[str, Any]]:
+    name = job.metadata.name
+    env = [
+        env_value(JOB_ENV, job_payload_json(job, plan)),
+        env_value("ACCELBENCH_PVC_ROOT", PVC_ROOT),
+        env_value("ACCELBENCH_METRICS_PORT", METRICS_PORT),
+        env_value("ACCELBENCH_TERMINATION_LOG", TERMINATION_LOG),
+        env_completion_index("JOB_COMPLETION_INDEX"),
+        *build_distributed_env(train_job_name(name), train_service_name(name), plan),
+    ]
+    return merge_env(env, job.spec.env)
+
+
+def build_worker_storage(job: FinetuneJob) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    uses = [ClaimUse(job.spec.model.uri, writable=False), ClaimUse(job.spec.dataset.uri, writable=False)]
+    if job.spec.output is not None:
+        uses.append(ClaimUse(job.spec.output.uri, writable=True))
+    return build_claim_volumes(uses, PVC_ROOT)
+
+
+def build_worker_container(job: FinetuneJob, plan: Plan, spec: AcceleratorSpec) -> dict[str, Any]:
+    container = container_base(WORKER_CONTAINER, worker_image(job, plan, spec))
+    container["command"] = ["python", "-m", WORKER_MODULE]
+    container["env"] = build_worker_env(job, plan)
+    container["ports"] = [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}]
+    resources = accel.merge_resources(accel.build_device_resources(spec, plan), job.spec.resources)
+    if resources:
+        container["resources"] = resources
+    container["securityContext"] = accel.build_container_security(spec)
+    return container
+
+
+def build_worker_pod_template(job: FinetuneJob, plan: Plan, spec: AcceleratorSpec) -> dict[str, Any]:
+    name = job.metadata.name
+    container = build_worker_container(job, plan, spec)
+    volumes, mounts = build_worker_storage(job)
+    if accel.needs_shm(spec):
+        shm, shm_mount = accel.shm_volume()
+        volumes.append(shm)
+        mounts.append(shm_mount)
+    if mounts:
+        container["volumeMounts"] = mounts
+    pod: dict[str, Any] = {
+        "restartPolicy": "Never",  # retries belong to the Job (and podFailurePolicy needs Never)
+        # The worker never talks to the Kubernetes API; its report leaves through the termination log.
+        "automountServiceAccountToken": False,
+        "securityContext": accel.build_pod_security(spec, run_as_non_root=True),
+        "containers": [container],
+    }
+    if plan.multi_host:
+        pod["subdomain"] = train_service_name(name)
+    if accel.uses_host_ipc(spec):
+        pod["hostIPC"] = True
+    node_selector = accel.build_node_selector(spec, plan, job.spec.accelerator)
+    if node_selector:
+        pod["nodeSelector"] = node_selector
+    tolerations = accel.build_tolerations(spec, job.spec.accelerator)
+    if tolerations:
+        pod["tolerations"] = tolerations
+    if volumes:
+        pod["volumes"] = volumes
+    return {"metadata": {"labels": labels(job.kind, name, Role.TRAIN, plan.accelerator)}, "spec": pod}
+
+
+def build_train_job(job: FinetuneJob, plan: Plan, spec: AcceleratorSpec) -> dict[str, Any]:
+    name = job.metadata.name
+    # With more than one host, one lost rank takes its peers down with it (their collectives time
+    # out), so one real failure costs up to `hosts` pod failures; scaling keeps maxRetries meaning
+    # "whole-slice retries".
+    shape = JobShape(
+        hosts=plan.hosts,
+        backoff_limit=job.spec.max_retries * plan.hosts,
+        fail_job_exit_codes=[EXIT_INVALID_CONFIG],
+        container=WORKER_CONTAINER,
+        suspend=is_suspended(job.spec),
+        queue_name=job.spec.queue_name,
+    )
+    metadata = build_metadata(job, train_job_name(name), labels(job.kind, name, Role.TRAIN, plan.accelerator))
+    return build_job(metadata, shape, job.spec, build_worker_pod_template(job, plan, spec))
+
+
+def build_train_service(job: FinetuneJob, plan: Plan) -> dict[str, Any]:
+    name = job.metadata.name
+    metadata = build_metadata(
+        job, train_service_name(name), labels(job.kind, name, Role.TRAIN, plan.accelerator)
+    )
+    if plan.framework == "jax":
+        port_name, port = "coordinator", JAX_COORDINATOR_PORT
+    else:
+        port_name, port = "rendezvous", TORCH_MASTER_PORT
+    return build_headless_service(metadata, selector_labels(job.kind, name, Role.TRAIN), port_name, port)
+
+
+def check_plan(job: FinetuneJob, plan: Plan, spec: AcceleratorSpec) -> None:
+    if plan.hosts < 1 or plan.chips_per_host < 1:
+        raise RenderError(f"plan has {plan.hosts} hosts of {plan.chips_per_host} chips")
+    if plan.accelerator != job.spec.accelerator.type.value:
+        raise RenderError(f"plan is for {plan.accelerator}, the spec asks for {job.spec.accelerator.type}")
+    if spec.resource_name is None and plan.multi_host:
+        raise RenderError("multi-host runs need an accelerator; cpu runs on one host")
+
+
+def render_finetune(job: FinetuneJob, plan: Plan, catalog: Catalog) -> list[dict[str, Any]]:
+    """The children of a FinetuneJob: the headless Service first (multi-host only), then the Job,
+    so the pods' DNS names exist by the time they start."""
+    spec = catalog.get(plan.accelerator)
+    check_plan(job, plan, spec)
+    objects = [build_train_service(job, plan)] if plan.multi_host else []
+    objects.append(build_train_job(job, plan, spec))
+    return objects

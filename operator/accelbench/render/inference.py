@@ -1,0 +1,453 @@
+"""InferenceBench -> results ConfigMap + client RBAC + server (Job + Service) + client Job.
+
+Server workload kind: a batch/v1 Indexed Job of one pod, not a Deployment, because
+- the server lives exactly as long as one benchmark: a Job with activeDeadlineSeconds caps the
+  accelerator bill even if the operator is gone, and a crash-looping engine ends in a Failed Job
+  with a reason instead of restarting forever on expensive chips;
+- Kueue admits batch Jobs natively (same `kueue.x-k8s.io/queue-name` + suspend path as training);
+- a multi-host server, when it comes, is the same Indexed Job + headless Service shape as
+  training, which a Deployment cannot express (no stable per-host identity or all-or-nothing start).
+The Job never completes by itself: the controller deletes `<name>-server` once the client Job has
+finished. Multi-host serving is refused for now (vLLM needs a Ray cluster across hosts, TGI is
+single-node, JetStream multi-host needs Pathways); the planner should pick single-host shapes.
+
+Model location (see storage.py): pvc://CLAIM/PATH is mounted read-only at /models/CLAIM and the
+engine gets /models/CLAIM/PATH. gs:// and s3:// are passed to vLLM as-is with
+`--load-format runai_streamer` (vLLM streams safetensors from the bucket); TGI and JetStream load
+only local paths or Hub ids, so an object-store URI is refused for them. Other values (a path in
+the image, a Hub id) are passed as-is.
+
+Client: `python -m accelbench.workers.bench` on a CPU node, no accelerator requests or
+tolerations. It waits for the server itself (polls ACCELBENCH_ENDPOINT + ACCELBENCH_HEALTH_PATH, or
+a TCP connect when the path is absent, for up to ACCELBENCH_READY_TIMEOUT_SECONDS) instead of an
+init container, so the wait and its timeout end up in its report as server_startup_seconds.
+When the bench is queued in Kueue, the client is created suspended too; the controller resumes it
+once the server Job has been admitted, so the readiness wait does not run out in the queue.
+Client env: ACCELBENCH_JOB (as for training, see payload.py), ACCELBENCH_ENDPOINT,
+ACCELBENCH_HEALTH_PATH, ACCELBENCH_READY_TIMEOUT_SECONDS, ACCELBENCH_RESULTS_CONFIGMAP (the
+ConfigMap it patches with the full report), POD_NAMESPACE, ACCELBENCH_TERMINATION_LOG. The served
+model name is discovered from the endpoint's /v1/models. Exit codes as in finetune.py.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from ..api import InferenceBench
+from ..api.inference import Engine, KvCacheDtype
+from ..catalog.types import AcceleratorSpec, Catalog
+from ..plan.types import Plan
+from . import accelerator as accel
+from .errors import RenderError
+from .finetune import EXIT_INVALID_CONFIG
+from .meta import build_metadata, namespace_of
+from .names import (
+    Role,
+    client_job_name,
+    client_service_account_name,
+    labels,
+    results_config_map_name,
+    selector_labels,
+    server_name,
+    server_service_name,
+)
+from .payload import JOB_ENV, job_payload_json
+from .storage import ClaimUse, build_claim_volumes, is_object_store, local_path, parse_pvc
+from .workload import (
+    TERMINATION_LOG,
+    JobShape,
+    build_job,
+    container_base,
+    env_field,
+    env_value,
+    is_suspended,
+    merge_env,
+)
+
+SERVER_CONTAINER = "server"
+CLIENT_CONTAINER = "client"
+CLIENT_MODULE = "accelbench.workers.bench"
+MODEL_ROOT = "/models"
+HEALTH_PATH = "/health"  # vLLM and TGI both answer 200 here once the model is loaded
+EXTERNAL_HEALTH_PATH = "/v1/models"  # any OpenAI-compatible endpoint serves it
+STARTUP_PERIOD_SECONDS = 10
+# The load generator is asyncio over HTTP: two cores keep client overhead out of the latencies
+# up to a few hundred concurrent streams.
+CLIENT_RESOURCES = {"requests": {"cpu": "2", "memory": "2Gi"}, "limits": {"memory": "4Gi"}}
+TGI_DEFAULT_PREFILL_TOKENS = 4096
+
+
+# ---------------------------------------------------------------- model and engine arguments
+
+
+def model_argument(bench: InferenceBench) -> str:
+    """What the engine is told to load: a local path for pvc://, otherwise the URI as given."""
+    uri = bench.spec.model.uri
+    ref = parse_pvc(uri)
+    if ref is not None:
+        return local_path(ref, MODEL_ROOT)
+    if is_object_store(uri) and bench.spec.server.engine != Engine.VLLM:
+        raise RenderError(
+            f"engine {bench.spec.server.engine} cannot load {uri}; put the model on a PVC (pvc://CLAIM/PATH)"
+        )
+    return uri
+
+
+def tensor_parallel(bench: InferenceBench, plan: Plan) -> int:
+    # One server process spans every chip the pod gets unless the user says otherwise.
+    return bench.spec.server.tensor_parallel or plan.chips
+
+
+def max_model_length(bench: InferenceBench) -> int:
+    """Longest sequence the sweep sends, unless set: a smaller context leaves more room for KV
+    cache than the model's full window, and is what the benchmark needs."""
+    workload = bench.spec.workload
+    return bench.spec.server.max_model_length or max(workload.input_lengths) + workload.output_length
+
+
+def build_vllm_command(bench: InferenceBench, plan: Plan) -> list[str]:
+    server = bench.spec.server
+    command = [
+        "vllm",
+        "serve",
+        model_argument(bench),
+        "--port",
+        str(server.port),
+        "--tensor-parallel-size",
+        str(tensor_parallel(bench, plan)),
+        "--max-model-len",
+        str(max_model_length(bench)),
+    ]
+    # bf16 is what `auto` gives for the bf16 checkpoints benchmarked here; vLLM has no bf16 value.
+    if server.kv_cache_dtype == KvCacheDtype.FP8:
+        command += ["--kv-cache-dtype", "fp8"]
+    if server.quantization:
+        command += ["--quantization", server.quantization]
+    if is_object_store(bench.spec.model.uri):
+        command += ["--load-format", "runai_streamer"]
+    return command + list(server.extra_args)
+
+
+def build_tgi_command(bench: InferenceBench, plan: Plan) -> list[str]:
+    server = bench.spec.server
+    if server.kv_cache_dtype == KvCacheDtype.FP8:
+        raise RenderError("kvCacheDtype fp8 is rendered for vLLM only")
+    max_input = max(bench.spec.workload.input_lengths)
+    total = max_model_length(bench)
+    if total <= max_input:
+        raise RenderError(f"maxModelLength {total} leaves no room to generate after {max_input} input tokens")
+    shards = tensor_parallel(bench, plan)
+    command = [
+        "text-generation-launcher",
+        "--model-id",
+        model_argument(bench),
+        "--port",
+        str(server.port),
+        # --max-input-tokens is the current name of --max-input-length.
+        "--max-input-tokens",
+        str(max_input),
+        "--max-total-tokens",
+        str(total),
+        # TGI refuses to start when one prompt cannot fit a prefill batch.
+        "--max-batch-prefill-tokens",
+        str(max(max_input, TGI_DEFAULT_PREFILL_TOKENS)),
+    ]
+    if shards > 1:
+        command += ["--sharded", "true", "--num-shard", str(shards)]
+    if server.quantization:
+        command += ["--quantize", server.quantization]
+    return command + list(server.extra_args)
+
+
+def build_jetstream_command(bench: InferenceBench, plan: Plan) -> list[str]:
+    """JetStream-PyTorch's server, minimal: model and port; everything else via extraArgs."""
+    server = bench.spec.server
+    command = ["jpt", "serve", f"--model_id={model_argument(bench)}", f"--port={server.port}"]
+    return command + list(server.extra_args)
+
+
+def build_engine_env(bench: InferenceBench, spec: AcceleratorSpec, plan: Plan) -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = []
+    if bench.spec.server.engine == Engine.TGI and spec.vendor == accel.VENDOR_HABANA:
+        # Habana's documented settings for TGI: the MPI shared-memory copy path is unsupported in
+        # containers, and sharded runs need lazy collectives with HPU graphs.
+        env.append(env_value("OMPI_MCA_btl_vader_single_copy_mechanism", "none"))
+        if tensor_parallel(bench, plan) > 1:
+            env.append(env_value("PT_HPU_ENABLE_LAZY_COLLECTIVES", "true"))
+    return merge_env(env, bench.spec.server.env)
+
+
+def engine_image(bench: InferenceBench, spec: AcceleratorSpec) -> str:
+    engine = bench.spec.server.engine
+    image = bench.spec.server.image or getattr(spec.images, engine.value, None)
+    if not image:
+        raise RenderError(f"no {engine} image for {spec.name} in the catalog; set spec.server.image")
+    return image
+
+
+def build_engine_command(bench: InferenceBench, spec: AcceleratorSpec, plan: Plan) -> list[str]:
+    engine = bench.spec.server.engine
+    if engine == Engine.VLLM:
+        return build_vllm_command(bench, plan)
+    if engine == Engine.TGI:
+        return build_tgi_command(bench, plan)
+    if engine == Engine.JETSTREAM:
+        if not accel.is_tpu(spec):
+            raise RenderError("engine jetstream runs on TPU only")
+        return build_jetstream_command(bench, plan)
+    raise RenderError(f"engine {engine} has no server to render")
+
+
+def build_probes(bench: InferenceBench) -> dict[str, dict[str, Any]]:
+    """startupProbe covers model loading (readinessTimeoutSeconds); readiness gates the Service.
+
+    No liveness probe: restarting an engine mid-sweep would corrupt the measurement; a hung engine
+    shows up as client errors and the Job deadline instead.
+    """
+    server = bench.spec.server
+    if server.engine == Engine.JETSTREAM:
+        check: dict[str, Any] = {"tcpSocket": {"port": "http"}}  # JetStream has no HTTP health route
+    else:
+        check = {"httpGet": {"path": HEALTH_PATH, "port": "http"}}
+    startup_failures = max(-(-server.readiness_timeout_seconds // STARTUP_PERIOD_SECONDS), 1)
+    # Each probe gets its own copy: no sub-object is shared, so a caller may mutate one safely
+    # (and YAML dumps carry no anchors).
+    return {
+        "startupProbe": {
+            **copy.deepcopy(check),
+            "periodSeconds": STARTUP_PERIOD_SECONDS,
+            "timeoutSeconds": 5,
+            "failureThreshold": startup_failures,
+        },
+        "readinessProbe": {
+            **copy.deepcopy(check),
+            "periodSeconds": 5,
+            "timeoutSeconds": 5,
+            "failureThreshold": 3,
+        },
+    }
+
+
+# ---------------------------------------------------------------- server
+
+
+def build_server_container(bench: InferenceBench, spec: AcceleratorSpec, plan: Plan) -> dict[str, Any]:
+    server = bench.spec.server
+    command = build_engine_command(bench, spec, plan)  # first: it refuses engine/accelerator mismatches
+    container = container_base(SERVER_CONTAINER, engine_image(bench, spec))
+    container["command"] = command
+    env = build_engine_env(bench, spec, plan)
+    if env:
+        container["env"] = env
+    container["ports"] = [{"name": "http", "containerPort": server.port, "protocol": "TCP"}]
+    container.update(build_probes(bench))
+    resources = accel.merge_resources(accel.build_device_resources(spec, plan), server.resources)
+    if resources:
+        container["resources"] = resources
+    container["securityContext"] = accel.build_container_security(spec)
+    return container
+
+
+def build_server_pod_template(bench: InferenceBench, spec: AcceleratorSpec, plan: Plan) -> dict[str, Any]:
+    name = bench.metadata.name
+    container = build_server_container(bench, spec, plan)
+    volumes, mounts = build_claim_volumes([ClaimUse(bench.spec.model.uri, writable=False)], MODEL_ROOT)
+    if accel.needs_shm(spec):
+        shm, shm_mount = accel.shm_volume()
+        volumes.append(shm)
+        mounts.append(shm_mount)
+    if mounts:
+        container["volumeMounts"] = mounts
+    pod: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "securityContext": accel.build_pod_security(spec, run_as_non_root=False),
+        "containers": [container],
+    }
+    if accel.uses_host_ipc(spec):
+        pod["hostIPC"] = True
+    node_selector = accel.build_node_selector(spec, plan, bench.spec.accelerator)
+    if node_selector:
+        pod["nodeSelector"] = node_selector
+    tolerations = accel.build_tolerations(spec, bench.spec.accelerator)
+    if tolerations:
+        pod["tolerations"] = tolerations
+    if volumes:
+        pod["volumes"] = volumes
+    return {"metadata": {"labels": labels(bench.kind, name, Role.SERVER, plan.accelerator)}, "spec": pod}
+
+
+def build_server_job(bench: InferenceBench, spec: AcceleratorSpec, plan: Plan) -> dict[str, Any]:
+    name = bench.metadata.name
+    shape = JobShape(
+        hosts=1,
+        backoff_limit=bench.spec.max_retries,
+        fail_job_exit_codes=[],  # third-party engines have no exit-code contract with us
+        container=SERVER_CONTAINER,
+        suspend=is_suspended(bench.spec),
+        queue_name=bench.spec.queue_name,
+    )
+    server_labels = labels(bench.kind, name, Role.SERVER, plan.accelerator)
+    metadata = build_metadata(bench, server_name(name), server_labels)
+    return build_job(metadata, shape, bench.spec, build_server_pod_template(bench, spec, plan))
+
+
+def build_server_service(bench: InferenceBench, plan: Plan) -> dict[str, Any]:
+    name = bench.metadata.name
+    port = bench.spec.server.port
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": build_metadata(
+            bench, server_service_name(name), labels(bench.kind, name, Role.SERVER, plan.accelerator)
+        ),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector_labels(bench.kind, name, Role.SERVER),
+            "ports": [{"name": "http", "port": port, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }
+
+
+# ---------------------------------------------------------------- client and its results
+
+
+def endpoint(bench: InferenceBench) -> str:
+    server = bench.spec.server
+    if server.engine == Engine.EXTERNAL:
+        assert server.endpoint is not None  # the API model guarantees it for external
+        return server.endpoint.rstrip("/")
+    return f"http://{server_service_name(bench.metadata.name)}.{namespace_of(bench)}.svc:{server.port}"
+
+
+def client_image(bench: InferenceBench, catalog: Catalog, spec: AcceleratorSpec) -> str:
+    image = bench.spec.client_image or spec.images.bench
+    if not image and "cpu" in catalog.accelerators:
+        image = catalog.get("cpu").images.bench
+    if not image:
+        raise RenderError("no bench client image in the catalog; set spec.clientImage")
+    return image
+
+
+def health_path(bench: InferenceBench) -> str | None:
+    engine = bench.spec.server.engine
+    if engine == Engine.EXTERNAL:
+        return EXTERNAL_HEALTH_PATH
+    if engine == Engine.JETSTREAM:
+        return None
+    return HEALTH_PATH
+
+
+def build_client_env(bench: InferenceBench, plan: Plan) -> list[dict[str, Any]]:
+    env = [
+        env_value(JOB_ENV, job_payload_json(bench, plan)),
+        env_value("ACCELBENCH_ENDPOINT", endpoint(bench)),
+    ]
+    path = health_path(bench)
+    if path is not None:
+        env.append(env_value("ACCELBENCH_HEALTH_PATH", path))
+    env += [
+        env_value("ACCELBENCH_READY_TIMEOUT_SECONDS", bench.spec.server.readiness_timeout_seconds),
+        env_value("ACCELBENCH_RESULTS_CONFIGMAP", results_config_map_name(bench.metadata.name)),
+        env_field("POD_NAMESPACE", "metadata.namespace"),
+        env_value("ACCELBENCH_TERMINATION_LOG", TERMINATION_LOG),
+    ]
+    return env
+
+
+def build_client_job(
+    bench: InferenceBench, catalog: Catalog, spec: AcceleratorSpec, plan: Plan
+) -> dict[str, Any]:
+    name = bench.metadata.name
+    container = container_base(CLIENT_CONTAINER, client_image(bench, catalog, spec))
+    container["command"] = ["python", "-m", CLIENT_MODULE]
+    container["env"] = build_client_env(bench, plan)
+    container["resources"] = {part: dict(values) for part, values in CLIENT_RESOURCES.items()}
+    container["securityContext"] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    pod = {
+        "restartPolicy": "Never",
+        "serviceAccountName": client_service_account_name(name),
+        "securityContext": accel.non_root_pod_security(),
+        # Any Linux node; no tolerations keeps it off tainted accelerator nodes.
+        "nodeSelector": {"kubernetes.io/os": "linux"},
+        "containers": [container],
+    }
+    shape = JobShape(
+        hosts=1,
+        backoff_limit=bench.spec.max_retries,
+        fail_job_exit_codes=[EXIT_INVALID_CONFIG],
+        container=CLIENT_CONTAINER,
+        suspend=is_suspended(bench.spec),
+        queue_name=None,  # the server carries the queue; the controller resumes the client after it
+    )
+    pod_labels = labels(bench.kind, name, Role.CLIENT, plan.accelerator)
+    metadata = build_metadata(bench, client_job_name(name), pod_labels)
+    return build_job(metadata, shape, bench.spec, {"metadata": {"labels": pod_labels}, "spec": pod})
+
+
+def build_results_config_map(bench: InferenceBench, plan: Plan) -> dict[str, Any]:
+    """Created empty (no `data`), so a re-apply by the operator never claims or clears the keys
+    the client writes."""
+    name = bench.metadata.name
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": build_metadata(
+            bench, results_config_map_name(name), labels(bench.kind, name, Role.CLIENT, plan.accelerator)
+        ),
+    }
+
+
+def build_client_rbac(bench: InferenceBench, plan: Plan) -> list[dict[str, Any]]:
+    """A ServiceAccount allowed to write only its own results ConfigMap, nothing else."""
+    name = bench.metadata.name
+    sa = client_service_account_name(name)
+    meta_labels = labels(bench.kind, name, Role.CLIENT, plan.accelerator)
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": build_metadata(bench, sa, meta_labels)},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": build_metadata(bench, sa, meta_labels),
+            "rules": [
+                {
+                    "apiGroups": [""],
+                    "resources": ["configmaps"],
+                    "resourceNames": [results_config_map_name(name)],
+                    "verbs": ["get", "patch", "update"],
+                }
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": build_metadata(bench, sa, meta_labels),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": sa},
+            "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": namespace_of(bench)}],
+        },
+    ]
+
+
+def check_plan(bench: InferenceBench, plan: Plan) -> None:
+    if bench.spec.server.engine == Engine.EXTERNAL:
+        return
+    if plan.accelerator != bench.spec.accelerator.type.value:
+        raise RenderError(f"plan is for {plan.accelerator}, the spec asks for {bench.spec.accelerator.type}")
+    if plan.multi_host:
+        raise RenderError(
+            f"serving on {plan.hosts} hosts is not supported yet; choose a single-host shape "
+            f"(at most {plan.chips_per_host} chips)"
+        )
+
+
+def render_inference(bench: InferenceBench, plan: Plan, catalog: Catalog) -> list[dict[str, Any]]:
+    """Children in apply order: what the pods refer to (ConfigMap, RBAC, Service) before the pods."""
+    check_plan(bench, plan)
+    spec = catalog.get(plan.accelerator)
+    objects = [build_results_config_map(bench, plan), *build_client_rbac(bench, plan)]
+    if bench.spec.server.engine != Engine.EXTERNAL:
+        objects.append(build_server_service(bench, plan))
+        objects.append(build_server_job(bench, spec, plan))
+    objects.append(build_client_job(bench, catalog, spec, plan))
+    return objects

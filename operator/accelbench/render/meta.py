@@ -1,0 +1,43 @@
+"""Object metadata shared by every child: namespace, labels, owner reference."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..api import API_VERSION, Resource
+
+# Where children go when the parent carries no namespace (a manifest rendered before it is applied,
+# e.g. by `accelbench render`); the in-cluster controller always sees a namespace.
+DEFAULT_NAMESPACE = "default"
+
+
+def namespace_of(resource: Resource) -> str:
+    return resource.metadata.namespace or DEFAULT_NAMESPACE
+
+
+def owner_references(resource: Resource) -> list[dict[str, Any]]:
+    """The parent as controller owner, so deleting it cascades to every child.
+
+    A parent that was never stored has no uid yet; an owner reference without one is invalid, so
+    the preview renders none.
+    """
+    if not resource.metadata.uid:
+        return []
+    return [
+        {
+            "apiVersion": API_VERSION,
+            "kind": resource.kind,
+            "name": resource.metadata.name,
+            "uid": resource.metadata.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+
+
+def build_metadata(resource: Resource, name: str, labels: dict[str, str]) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": namespace_of(resource), "labels": dict(labels)}
+    owners = owner_references(resource)
+    if owners:
+        meta["ownerReferences"] = owners
+    return meta

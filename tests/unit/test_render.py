@@ -1,0 +1,581 @@
+"""Renderer: golden manifests per accelerator, strict Kubernetes schema checks, focused facts.
+
+Regenerate the golden files after an intended change with
+    UPDATE_GOLDEN=1 .venv/bin/pytest tests/unit/test_render.py
+and review the diff like code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import render_fixtures as fx
+import yaml
+
+from accelbench.api import Engine, FinetuneJob, InferenceBench, parse_resource
+from accelbench.api.common import EnvVar
+from accelbench.render import (
+    JOB_ENV,
+    RenderError,
+    client_job_name,
+    finetune_children,
+    inference_children,
+    render,
+    render_finetune,
+    render_inference,
+    results_config_map_name,
+    server_name,
+    train_job_name,
+    train_service_name,
+)
+
+GOLDEN_DIR = Path(__file__).parent / "golden"
+# Validate against a recent release the package ships schemas for (GKE regular channel and newer).
+KUBERNETES_VERSION = "1.35"
+COMPLETION_INDEX_PATH = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+
+
+def _dump(objects: list[dict[str, Any]]) -> str:
+    # Unbounded width: the ACCELBENCH_JOB JSON stays on one line, so diffs stay readable.
+    return yaml.safe_dump_all(objects, sort_keys=False, width=1 << 20)
+
+
+def _render(case: str) -> list[dict[str, Any]]:
+    resource, plan = fx.GOLDEN_CASES[case]()
+    return render(resource, plan, fx.CATALOG)
+
+
+def _by_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [o for o in objects if o["kind"] == kind]
+
+
+def _job(objects: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    return next(o for o in objects if o["kind"] == "Job" and o["metadata"]["name"] == name)
+
+
+def _pod(job: dict[str, Any]) -> dict[str, Any]:
+    return job["spec"]["template"]["spec"]
+
+
+def _container(job: dict[str, Any]) -> dict[str, Any]:
+    return _pod(job)["containers"][0]
+
+
+def _env(job: dict[str, Any]) -> dict[str, Any]:
+    """name -> value, or the fieldRef path for downward-API variables."""
+    return {
+        e["name"]: e.get("value", e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath"))
+        for e in _container(job).get("env", [])
+    }
+
+
+# ---------------------------------------------------------------- golden files and schemas
+
+
+@pytest.mark.parametrize("case", sorted(fx.GOLDEN_CASES))
+def test_golden(case: str) -> None:
+    path = GOLDEN_DIR / f"{case}.yaml"
+    text = _dump(_render(case))
+    if os.environ.get("UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert path.exists(), f"{path.name} missing; run with UPDATE_GOLDEN=1"
+    assert text == path.read_text(), f"{path.name} differs; rerun with UPDATE_GOLDEN=1 if intended"
+
+
+@pytest.mark.parametrize("case", sorted(fx.GOLDEN_CASES))
+def test_objects_validate_strictly(case: str) -> None:
+    for obj in _render(case):
+        # strict: unknown fields are errors, so a typo in a field name cannot slip through
+        kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("case", sorted(fx.GOLDEN_CASES))
+def test_objects_share_no_sub_objects(case: str) -> None:
+    # a shared dict would show up as a YAML anchor, and mutating one child would change another
+    assert "&id" not in _dump(_render(case))
+
+
+def test_no_golden_file_is_orphaned() -> None:
+    assert {p.stem for p in GOLDEN_DIR.glob("*.yaml")} <= set(fx.GOLDEN_CASES)
+
+
+# ---------------------------------------------------------------- TPU
+
+
+def test_tpu_pods_select_slice_and_request_four_chips_per_host() -> None:
+    job, plan = fx.ft_tpu_v5p_multihost()
+    pod = _pod(_job(render_finetune(job, plan, fx.CATALOG), "gemma-v5p16-train"))
+    assert pod["nodeSelector"]["cloud.google.com/gke-tpu-accelerator"] == "tpu-v5p-slice"
+    assert pod["nodeSelector"]["cloud.google.com/gke-tpu-topology"] == "2x2x2"
+    resources = pod["containers"][0]["resources"]
+    assert resources["requests"]["google.com/tpu"] == "4"
+    assert resources["limits"]["google.com/tpu"] == "4"
+    assert {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+
+
+def test_multi_host_is_indexed_job_with_headless_service() -> None:
+    job, plan = fx.ft_tpu_v5p_multihost()
+    objects = render_finetune(job, plan, fx.CATALOG)
+    assert [o["kind"] for o in objects] == ["Service", "Job"]
+    service, train = objects
+    assert train["spec"]["completionMode"] == "Indexed"
+    assert train["spec"]["completions"] == 2
+    assert train["spec"]["parallelism"] == 2
+    assert service["metadata"]["name"] == train_service_name("gemma-v5p16")
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["publishNotReadyAddresses"] is True
+    # the Service must select exactly the training pods
+    pod_labels = train["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    assert _pod(train)["subdomain"] == service["metadata"]["name"]
+
+
+def test_multi_host_jax_env_points_at_rank_zero() -> None:
+    job, plan = fx.ft_tpu_v5p_multihost()
+    env = _env(_job(render_finetune(job, plan, fx.CATALOG), "gemma-v5p16-train"))
+    assert env["JAX_COORDINATOR_ADDRESS"] == "gemma-v5p16-train-0.gemma-v5p16-train:8476"
+    assert env["JAX_NUM_PROCESSES"] == "2"
+    assert env["JAX_PROCESS_ID"] == COMPLETION_INDEX_PATH
+    assert env["JOB_COMPLETION_INDEX"] == COMPLETION_INDEX_PATH
+
+
+def test_single_host_has_no_service_subdomain_or_coordinator() -> None:
+    job, plan = fx.ft_tpu_v5p_single()
+    objects = render_finetune(job, plan, fx.CATALOG)
+    assert [o["kind"] for o in objects] == ["Job"]
+    train = objects[0]
+    assert train["spec"]["completions"] == train["spec"]["parallelism"] == 1
+    assert "subdomain" not in _pod(train)
+    assert "JAX_COORDINATOR_ADDRESS" not in _env(train)
+
+
+def test_reservation_selects_the_reservation() -> None:
+    job, plan = fx.ft_tpu_v5p_single()
+    selector = _pod(render_finetune(job, plan, fx.CATALOG)[0])["nodeSelector"]
+    assert selector["cloud.google.com/reservation-name"] == "v5p-res-a"
+    assert selector["cloud.google.com/reservation-affinity"] == "specific"
+    assert "cloud.google.com/gke-spot" not in selector
+
+
+def test_spot_selects_and_tolerates_spot_nodes() -> None:
+    job, plan = fx.ft_tpu_v5p_multihost()
+    pod = _pod(_job(render_finetune(job, plan, fx.CATALOG), "gemma-v5p16-train"))
+    assert pod["nodeSelector"]["cloud.google.com/gke-spot"] == "true"
+    assert any(t["key"] == "cloud.google.com/gke-spot" for t in pod["tolerations"])
+
+
+def test_on_demand_has_no_capacity_labels() -> None:
+    job, plan = fx.ft_h100_x2()
+    selector = _pod(render_finetune(job, plan, fx.CATALOG)[0])["nodeSelector"]
+    assert selector == {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"}
+
+
+def test_tpu_plan_without_topology_is_refused() -> None:
+    job, _ = fx.ft_tpu_v5p_single()
+    with pytest.raises(RenderError, match="topology"):
+        render_finetune(job, fx.make_plan(fx.TPU_V5P, chips=4, topology=None), fx.CATALOG)
+
+
+# ---------------------------------------------------------------- GPU, Gaudi, CPU
+
+
+def test_torch_env_on_two_h100() -> None:
+    job, plan = fx.ft_h100_x2()
+    train = render_finetune(job, plan, fx.CATALOG)[0]
+    env = _env(train)
+    assert env["MASTER_ADDR"] == "127.0.0.1"
+    assert env["MASTER_PORT"] == "29500"
+    assert env["NNODES"] == "1"
+    assert env["NPROC_PER_NODE"] == "2"
+    assert env["NODE_RANK"] == COMPLETION_INDEX_PATH
+    assert _container(train)["resources"]["limits"]["nvidia.com/gpu"] == "2"
+
+
+def test_multi_host_torch_master_is_rank_zero() -> None:
+    job, _ = fx.ft_h100_x2()
+    plan = fx.make_plan(fx.H100, chips=16, hosts=2)
+    objects = render_finetune(job, plan, fx.CATALOG)
+    env = _env(_job(objects, "gemma-h100x2-train"))
+    assert env["MASTER_ADDR"] == "gemma-h100x2-train-0.gemma-h100x2-train"
+    assert env["NNODES"] == "2"
+    assert env["NPROC_PER_NODE"] == "8"
+    assert objects[0]["spec"]["ports"][0]["port"] == 29500
+
+
+def test_nvidia_and_gaudi_get_memory_backed_shm() -> None:
+    for case in (fx.ft_h100_x2, fx.ft_h200_x1, fx.ft_gaudi3_x8):
+        job, plan = case()
+        pod = _pod(render_finetune(job, plan, fx.CATALOG)[-1])
+        assert {"name": "dshm", "emptyDir": {"medium": "Memory"}} in pod["volumes"]
+        assert {"name": "dshm", "mountPath": "/dev/shm"} in pod["containers"][0]["volumeMounts"]
+    job, plan = fx.ft_tpu_v5p_single()
+    pod = _pod(render_finetune(job, plan, fx.CATALOG)[0])
+    assert all(v["name"] != "dshm" for v in pod.get("volumes", []))
+
+
+def test_gaudi_privileges_and_hugepages() -> None:
+    job, plan = fx.ft_gaudi3_x8()
+    train = render_finetune(job, plan, fx.CATALOG)[0]
+    pod = _pod(train)
+    assert pod["hostIPC"] is True
+    assert pod["nodeSelector"] == {"habana.ai/device.name": "gaudi3"}
+    container = pod["containers"][0]
+    assert container["securityContext"]["capabilities"]["add"] == ["SYS_NICE"]
+    assert "runAsNonRoot" not in pod["securityContext"]
+    for part in ("requests", "limits"):
+        assert container["resources"][part]["habana.ai/gaudi"] == "8"
+        assert container["resources"][part]["hugepages-2Mi"] == "95000Mi"
+        # Kubernetes refuses huge pages without a memory (or cpu) request
+        assert "memory" in container["resources"][part]
+
+
+def test_non_gaudi_workers_run_as_non_root_with_no_capabilities() -> None:
+    for case in (fx.ft_tpu_v5p_single, fx.ft_h100_x2, fx.ft_cpu_local):
+        job, plan = case()
+        pod = _pod(render_finetune(job, plan, fx.CATALOG)[0])
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["securityContext"]["fsGroup"] == 1000
+        assert pod["containers"][0]["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+        assert "hostIPC" not in pod
+
+
+def test_cpu_requests_no_accelerator() -> None:
+    job, plan = fx.ft_cpu_local()
+    pod = _pod(render_finetune(job, plan, fx.CATALOG)[0])
+    assert "resources" not in pod["containers"][0]
+    assert "nodeSelector" not in pod
+    assert "tolerations" not in pod
+
+
+def test_resource_overrides_merge_over_device_requests() -> None:
+    job, plan = fx.ft_h100_x2()
+    resources = _container(render_finetune(job, plan, fx.CATALOG)[0])["resources"]
+    assert resources["requests"] == {"nvidia.com/gpu": "2", "cpu": "48", "memory": "400Gi"}
+    assert resources["limits"] == {"nvidia.com/gpu": "2", "memory": "600Gi"}
+
+
+def test_user_env_is_appended_and_replaces_same_name() -> None:
+    job, plan = fx.ft_h100_x2()
+    names = [e["name"] for e in _container(render_finetune(job, plan, fx.CATALOG)[0])["env"]]
+    assert names[-1] == "NCCL_DEBUG"
+    override = job.model_copy(deep=True)
+    override.spec.env = [EnvVar(name="MASTER_PORT", value="23456")]
+    env = _container(render_finetune(override, plan, fx.CATALOG)[0])["env"]
+    assert [e["value"] for e in env if e["name"] == "MASTER_PORT"] == ["23456"]
+
+
+# ---------------------------------------------------------------- Job control
+
+
+def test_job_control_fields() -> None:
+    job, plan = fx.ft_tpu_v5p_multihost()
+    train = _job(render_finetune(job, plan, fx.CATALOG), "gemma-v5p16-train")
+    spec = train["spec"]
+    assert spec["activeDeadlineSeconds"] == 21600
+    assert spec["ttlSecondsAfterFinished"] == 86400
+    assert spec["suspend"] is False
+    # one slice-level failure takes every host down; maxRetries counts whole-slice retries
+    assert spec["backoffLimit"] == job.spec.max_retries * plan.hosts
+    rules = spec["podFailurePolicy"]["rules"]
+    assert rules[0] == {
+        "action": "Ignore",
+        "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+    }
+    assert rules[1]["action"] == "FailJob"
+    assert rules[1]["onExitCodes"] == {"containerName": "worker", "operator": "In", "values": [3]}
+    pod = _pod(train)
+    assert pod["restartPolicy"] == "Never"
+    container = pod["containers"][0]
+    assert container["command"] == ["python", "-m", "accelbench.workers.finetune"]
+    assert container["terminationMessagePath"] == "/dev/termination-log"
+    assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    assert {"name": "metrics", "containerPort": 9090, "protocol": "TCP"} in container["ports"]
+
+
+def test_single_host_backoff_limit_is_max_retries() -> None:
+    job, plan = fx.ft_h200_x1()
+    assert render_finetune(job, plan, fx.CATALOG)[0]["spec"]["backoffLimit"] == 1
+
+
+def test_kueue_queue_suspends_and_labels_the_job() -> None:
+    job, plan = fx.ft_h200_x1()
+    train = render_finetune(job, plan, fx.CATALOG)[0]
+    assert train["spec"]["suspend"] is True
+    assert train["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "a3-ultra"
+    # the queue label belongs on the Job only: Kueue admits the Job, not its pods
+    assert "kueue.x-k8s.io/queue-name" not in train["spec"]["template"]["metadata"]["labels"]
+
+
+def test_spec_suspend_suspends_without_queue_label() -> None:
+    job, plan = fx.ft_cpu_local()
+    train = render_finetune(job, plan, fx.CATALOG)[0]
+    assert train["spec"]["suspend"] is True
+    assert "kueue.x-k8s.io/queue-name" not in train["metadata"]["labels"]
+
+
+def test_image_defaults_to_catalog_and_spec_overrides() -> None:
+    job, plan = fx.ft_tpu_v5p_single()
+    assert _container(render_finetune(job, plan, fx.CATALOG)[0])["image"] == fx.TPU_V5P.images.jax
+    job.spec.image = "example.com/custom:1"
+    assert _container(render_finetune(job, plan, fx.CATALOG)[0])["image"] == "example.com/custom:1"
+
+
+def test_missing_image_is_a_render_error() -> None:
+    job, _ = fx.ft_gaudi3_x8()
+    plan = fx.make_plan(fx.GAUDI3, chips=8, framework="jax")  # no JAX image for Gaudi
+    with pytest.raises(RenderError, match=r"set spec\.image"):
+        render_finetune(job, plan, fx.CATALOG)
+
+
+def test_pvc_uris_become_volumes_with_output_writable() -> None:
+    job, plan = fx.ft_tpu_v5p_single()
+    pod = _pod(render_finetune(job, plan, fx.CATALOG)[0])
+    claims = {
+        v["persistentVolumeClaim"]["claimName"]: v["persistentVolumeClaim"]["readOnly"]
+        for v in pod["volumes"]
+    }
+    assert claims == {"models": True, "datasets": True, "checkpoints": False}
+    mounts = {m["mountPath"]: m["readOnly"] for m in pod["containers"][0]["volumeMounts"]}
+    assert mounts == {"/mnt/pvc/models": True, "/mnt/pvc/datasets": True, "/mnt/pvc/checkpoints": False}
+
+
+def test_local_paths_get_no_volumes() -> None:
+    job, plan = fx.ft_cpu_local()
+    pod = _pod(render_finetune(job, plan, fx.CATALOG)[0])
+    assert "volumes" not in pod
+    assert "volumeMounts" not in pod["containers"][0]
+
+
+# ---------------------------------------------------------------- ownership, names, payload
+
+
+@pytest.mark.parametrize("case", sorted(fx.GOLDEN_CASES))
+def test_every_object_is_owned_by_the_resource(case: str) -> None:
+    resource, _ = fx.GOLDEN_CASES[case]()
+    for obj in _render(case):
+        assert obj["metadata"]["ownerReferences"] == [
+            {
+                "apiVersion": "accelbench.io/v1alpha1",
+                "kind": resource.kind,
+                "name": resource.metadata.name,
+                "uid": fx.UID,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+        assert obj["metadata"]["namespace"] == fx.NAMESPACE
+        assert obj["metadata"]["labels"]["app.kubernetes.io/instance"] == resource.metadata.name
+
+
+def test_unsaved_resource_renders_without_owner_and_in_default_namespace() -> None:
+    _, plan = fx.ft_cpu_local()
+    job = fx.finetune("preview", {"type": "cpu"}, uid=None, namespace=None)
+    train = render_finetune(job, plan, fx.CATALOG)[0]
+    assert "ownerReferences" not in train["metadata"]
+    assert train["metadata"]["namespace"] == "default"
+    kubernetes_validate.validate(train, KUBERNETES_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("case", sorted(fx.GOLDEN_CASES))
+def test_rendering_is_deterministic(case: str) -> None:
+    assert _render(case) == _render(case)
+
+
+def test_child_names() -> None:
+    assert train_job_name("x") == "x-train"
+    assert train_service_name("x") == "x-train"
+    assert server_name("x") == "x-server"
+    assert client_job_name("x") == "x-client"
+    assert results_config_map_name("x") == "x-results"
+    assert finetune_children("x", multi_host=True).service == "x-train"
+    assert finetune_children("x", multi_host=False).service is None
+    assert inference_children("x", external=True).server is None
+    objects = _render("inference-vllm-h100-x2")
+    names = {(o["kind"], o["metadata"]["name"]) for o in objects}
+    assert names == {
+        ("ConfigMap", "gemma-serve-h100-results"),
+        ("ServiceAccount", "gemma-serve-h100-client"),
+        ("Role", "gemma-serve-h100-client"),
+        ("RoleBinding", "gemma-serve-h100-client"),
+        ("Service", "gemma-serve-h100-server"),
+        ("Job", "gemma-serve-h100-server"),
+        ("Job", "gemma-serve-h100-client"),
+    }
+
+
+def test_longest_name_keeps_pod_hostnames_within_63_characters() -> None:
+    name = "a" * 52  # the API's limit
+    job = fx.finetune(name, {"type": "tpu-v5p", "topology": "2x2x2"})
+    _, plan = fx.ft_tpu_v5p_multihost()
+    train = _job(render_finetune(job, plan, fx.CATALOG), train_job_name(name))
+    assert len(f"{train['metadata']['name']}-{plan.hosts - 1}") <= 63
+
+
+@pytest.mark.parametrize("case", ["finetune-tpu-v5p-2x2x2-multihost", "inference-vllm-tpu-v6e-2x4"])
+def test_job_env_parses_back_into_the_api_model(case: str) -> None:
+    resource, plan = fx.GOLDEN_CASES[case]()
+    objects = render(resource, plan, fx.CATALOG)
+    role_job = next(o for o in objects if o["kind"] == "Job" and "accelbench.workers" in str(o))
+    payload = json.loads(_env(role_job)[JOB_ENV])
+    plan_wire = payload.pop("plan")
+    parsed = parse_resource(payload)
+    assert isinstance(parsed, (FinetuneJob, InferenceBench))
+    assert parsed.spec == resource.spec
+    assert parsed.metadata.uid == fx.UID
+    assert parsed.metadata.namespace == fx.NAMESPACE
+    assert plan_wire["chipsPerHost"] == plan.chips_per_host
+    assert plan_wire["hosts"] == plan.hosts
+    assert plan_wire["memory"]["activations"] == plan.memory.activations
+
+
+def test_render_dispatch_refuses_other_types() -> None:
+    _, plan = fx.ft_cpu_local()
+    with pytest.raises(TypeError):
+        render(object(), plan, fx.CATALOG)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- inference
+
+
+def test_vllm_on_tpu_v6e() -> None:
+    objects = _render("inference-vllm-tpu-v6e-2x4")
+    server = _job(objects, "gemma-serve-v6e-server")
+    container = _container(server)
+    assert container["image"] == "vllm/vllm-tpu:v0.10.1"
+    command = container["command"]
+    assert command[:3] == ["vllm", "serve", "/models/models/gemma-3-27b-it"]
+    assert command[command.index("--tensor-parallel-size") + 1] == "8"
+    assert command[command.index("--max-model-len") + 1] == "20480"
+    assert "--kv-cache-dtype" not in command
+    assert container["resources"]["limits"]["google.com/tpu"] == "8"
+    assert _pod(server)["nodeSelector"]["cloud.google.com/gke-tpu-topology"] == "2x4"
+    # 2400 s readiness timeout at a 10 s period
+    assert container["startupProbe"]["failureThreshold"] == 240
+    assert container["readinessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+    assert {"name": "pvc-0", "mountPath": "/models/models", "readOnly": True} in container["volumeMounts"]
+
+
+def test_vllm_on_two_h100() -> None:
+    objects = _render("inference-vllm-h100-x2")
+    command = _container(_job(objects, "gemma-serve-h100-server"))["command"]
+    assert command[command.index("--tensor-parallel-size") + 1] == "2"
+    assert command[command.index("--kv-cache-dtype") + 1] == "fp8"
+    # default context: the longest prompt plus the output
+    assert command[command.index("--max-model-len") + 1] == str(16384 + 256)
+    assert command[-1] == "--enable-chunked-prefill"
+
+
+def test_server_service_targets_the_server_pods() -> None:
+    objects = _render("inference-vllm-h100-x2")
+    service = _by_kind(objects, "Service")[0]
+    server = _job(objects, "gemma-serve-h100-server")
+    assert service["spec"]["type"] == "ClusterIP"
+    assert service["spec"]["ports"][0]["port"] == 8000
+    assert service["spec"]["selector"].items() <= server["spec"]["template"]["metadata"]["labels"].items()
+    client = _job(objects, "gemma-serve-h100-client")
+    assert not service["spec"]["selector"].items() <= client["spec"]["template"]["metadata"]["labels"].items()
+
+
+def test_queued_bench_suspends_server_and_client_but_queues_only_the_server() -> None:
+    objects = _render("inference-vllm-h100-x2")
+    server = _job(objects, "gemma-serve-h100-server")
+    client = _job(objects, "gemma-serve-h100-client")
+    assert server["spec"]["suspend"] is True
+    assert server["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "a3-serving"
+    assert client["spec"]["suspend"] is True
+    assert "kueue.x-k8s.io/queue-name" not in client["metadata"]["labels"]
+
+
+def test_tgi_on_gaudi3() -> None:
+    objects = _render("inference-tgi-gaudi3-x8")
+    server = _job(objects, "llama-serve-gaudi3-server")
+    container = _container(server)
+    command = container["command"]
+    assert command[0] == "text-generation-launcher"
+    assert command[command.index("--model-id") + 1] == "/models/models/llama-3.1-70b"
+    assert command[command.index("--num-shard") + 1] == "8"
+    assert command[command.index("--sharded") + 1] == "true"
+    assert command[command.index("--max-input-tokens") + 1] == "16384"
+    assert command[command.index("--max-total-tokens") + 1] == str(16384 + 256)
+    env = _env(server)
+    assert env["PT_HPU_ENABLE_LAZY_COLLECTIVES"] == "true"
+    assert env["HF_HUB_OFFLINE"] == "1"
+    assert _pod(server)["hostIPC"] is True
+    assert container["resources"]["limits"]["habana.ai/gaudi"] == "8"
+
+
+def test_client_runs_on_cpu_with_endpoint_and_results_rbac() -> None:
+    objects = _render("inference-vllm-tpu-v6e-2x4")
+    client = _job(objects, "gemma-serve-v6e-client")
+    pod = _pod(client)
+    container = pod["containers"][0]
+    assert container["command"] == ["python", "-m", "accelbench.workers.bench"]
+    assert "tolerations" not in pod
+    assert pod["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    assert not any("tpu" in key or "gpu" in key for key in container["resources"]["limits"])
+    env = _env(client)
+    assert env["ACCELBENCH_ENDPOINT"] == "http://gemma-serve-v6e-server.ml-bench.svc:8000"
+    assert env["ACCELBENCH_RESULTS_CONFIGMAP"] == "gemma-serve-v6e-results"
+    assert env["ACCELBENCH_READY_TIMEOUT_SECONDS"] == "2400"
+    assert pod["serviceAccountName"] == "gemma-serve-v6e-client"
+    role = _by_kind(objects, "Role")[0]
+    assert role["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": ["gemma-serve-v6e-results"],
+            "verbs": ["get", "patch", "update"],
+        }
+    ]
+    config_map = _by_kind(objects, "ConfigMap")[0]
+    assert "data" not in config_map
+
+
+def test_external_endpoint_renders_no_server() -> None:
+    objects = _render("inference-external")
+    assert [o["kind"] for o in objects] == ["ConfigMap", "ServiceAccount", "Role", "RoleBinding", "Job"]
+    client = objects[-1]
+    env = _env(client)
+    assert env["ACCELBENCH_ENDPOINT"] == "https://llm.internal.example.com"
+    assert env["ACCELBENCH_HEALTH_PATH"] == "/v1/models"
+    assert _container(client)["image"] == "ghcr.io/accelbench/bench:0.2.0"
+
+
+def test_multi_host_serving_is_refused() -> None:
+    bench, _ = fx.ib_vllm_tpu_v6e()
+    plan = fx.make_plan(fx.TPU_V6E, chips=16, hosts=4, topology="4x4")
+    with pytest.raises(RenderError, match="not supported"):
+        render_inference(bench, plan, fx.CATALOG)
+
+
+def test_object_store_model_streams_in_vllm_and_is_refused_by_tgi() -> None:
+    bench, plan = fx.ib_vllm_h100_x2()
+    bench.spec.model.uri = "s3://acme-models/gemma-3-27b-it"
+    server = _job(render_inference(bench, plan, fx.CATALOG), "gemma-serve-h100-server")
+    command = _container(server)["command"]
+    assert command[2] == "s3://acme-models/gemma-3-27b-it"
+    assert command[command.index("--load-format") + 1] == "runai_streamer"
+    assert [v["name"] for v in _pod(server)["volumes"]] == ["dshm"]  # no model volume
+    tgi, tgi_plan = fx.ib_tgi_gaudi3()
+    tgi.spec.model.uri = "gs://acme-models/llama"
+    with pytest.raises(RenderError, match="PVC"):
+        render_inference(tgi, tgi_plan, fx.CATALOG)
+
+
+def test_jetstream_is_tpu_only_with_tcp_probes() -> None:
+    bench, plan = fx.ib_vllm_tpu_v6e()
+    bench.spec.server.engine = Engine.JETSTREAM
+    server = _job(render_inference(bench, plan, fx.CATALOG), "gemma-serve-v6e-server")
+    container = _container(server)
+    assert container["command"][:2] == ["jpt", "serve"]
+    assert container["readinessProbe"]["tcpSocket"] == {"port": "http"}
+    kubernetes_validate.validate(server, KUBERNETES_VERSION, strict=True)
+    gpu, gpu_plan = fx.ib_vllm_h100_x2()
+    gpu.spec.server.engine = Engine.JETSTREAM
+    with pytest.raises(RenderError, match="TPU only"):
+        render_inference(gpu, gpu_plan, fx.CATALOG)
