@@ -50,7 +50,7 @@ class ModelSource(ApiModel):
     size: str | None = Field(
         default=None,
         pattern=r"^([0-9]+(\.[0-9]+)?[mMbB]|tiny)$",
-        description="Parameter count such as 31b or 270m (or tiny, for tests); the model catalog gives the shape.",
+        description="Parameter count such as 31b or 270m (tiny: test shapes); the catalog gives the shape.",
     )
     parameters: int | None = Field(
         default=None, ge=1, description="Exact parameter count; overrides size for memory and FLOPs."
