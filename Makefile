@@ -4,7 +4,7 @@
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
-EXTRAS ?= dev
+EXTRAS ?= all
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 comma := ,
 
