@@ -1,0 +1,391 @@
+"""kopf wiring. Handlers are thin: they gather inputs, call the pure modules, and hand kopf a patch.
+
+- create/update/resume: parse -> plan -> render -> server-side apply -> status.plan/children/price.
+  A bad spec becomes phase Failed + Ready=False/InvalidSpec and the handler returns normally: no
+  children, no exception, so kopf does not retry an input that cannot improve by waiting.
+- a timer per resource: observe the child Job and Pods from kopf indexes (no API reads), derive
+  phase/conditions/cost/results, and patch the status only when it changed; one event per transition.
+- delete (optional, no finalizer): drop the resource's metric series. Children go by ownerReferences.
+
+No handler returns a value: kopf would store it in the status under the handler's id.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import kopf
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
+
+from accelbench.api import GROUP, VERSION, FinetuneJob, InferenceBench, parse_resource
+from accelbench.api.status import ConditionType, Reason
+
+from .children import (
+    NAME_LABEL,
+    accelerator_label,
+    children_of,
+    leave_suspend_to_kueue,
+    owned,
+    plan_status,
+)
+from .conditions import (
+    conditions_to_wire,
+    find_condition,
+    make_condition,
+    merge_conditions,
+    now_rfc3339,
+    parse_conditions,
+)
+from .kube import Kube, api_error_message, load_config
+from .metrics import METRICS, Metrics
+from .reconcile import observe_resource
+from .status import Price, applied_status, invalid_spec_status, is_terminal, spec_invalid, status_patch
+
+PLURALS = (FinetuneJob.PLURAL, InferenceBench.PLURAL)
+OBSERVE_INTERVAL = float(os.environ.get("ACCELBENCH_OBSERVE_INTERVAL", "5"))
+RECONCILE_ERROR = "ReconcileError"  # a bug or an unexpected failure on our side, not the user's spec
+# The apiserver refused a child (e.g. an edit that would change an immutable Job template). The run
+# that exists keeps going and keeps being observed, so this is not InvalidSpec and not phase Failed.
+APPLY_REJECTED = "ApplyRejected"
+SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+# Annotations kopf itself writes with our prefix; they are bookkeeping, not part of the manifest.
+KOPF_ANNOTATIONS = (
+    f"{GROUP}/last-handled-configuration",
+    f"{GROUP}/kopf-managed",
+    f"{GROUP}/ensure_children",
+)
+
+
+def operator_namespace() -> str:
+    """Where the price ConfigMap lives: env, else the pod's own namespace, else accelbench-system."""
+    explicit = os.environ.get("ACCELBENCH_PRICES_NAMESPACE") or os.environ.get("POD_NAMESPACE")
+    if explicit:
+        return explicit
+    try:
+        return SA_NAMESPACE_FILE.read_text().strip() or "accelbench-system"
+    except OSError:
+        return "accelbench-system"
+
+
+@dataclass
+class ControllerState:
+    """Shared by every handler through kopf's memo (each object's memo is a shallow copy of this one)."""
+
+    kube: Kube
+    metrics: Metrics
+    price_namespace: str
+    price_config_map: str
+    catalog_ttl_s: float = 60.0
+    _catalog: Any = field(default=None, repr=False)
+    _loaded_at: float = field(default=float("-inf"), repr=False)
+
+    def catalog(self) -> Any:
+        """The catalog with ConfigMap price overrides, re-read at most once a minute."""
+        if self._catalog is None or time.monotonic() - self._loaded_at > self.catalog_ttl_s:
+            self._catalog = self._load_catalog()
+            self._loaded_at = time.monotonic()
+        return self._catalog
+
+    def _load_catalog(self) -> Any:
+        from accelbench.catalog import load_catalog, parse_price_overrides
+
+        log = logging.getLogger(__name__)
+        try:
+            data = self.kube.read_config_map_data(self.price_namespace, self.price_config_map)
+        except (ApiException, HTTPError, OSError) as exc:
+            # No RBAC or no apiserver for it: catalog prices are still correct, just not overridden.
+            log.warning(
+                "price ConfigMap %s/%s unreadable: %s", self.price_namespace, self.price_config_map, exc
+            )
+            data = None
+        overrides = None
+        if data:
+            try:
+                overrides = parse_price_overrides(data)
+            except ValueError as exc:
+                log.warning("ignoring price ConfigMap %s: %s", self.price_config_map, exc)
+        return load_catalog(price_overrides=overrides)
+
+
+# --- pure-ish helpers --------------------------------------------------------------------------
+
+
+def manifest_of(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The resource as a user wrote it: spec and identity, without status and kopf's bookkeeping."""
+    meta = body.get("metadata") or {}
+    annotations = {
+        k: v for k, v in (meta.get("annotations") or {}).items() if not k.startswith(KOPF_ANNOTATIONS)
+    }
+    annotations.pop("kubectl.kubernetes.io/last-applied-configuration", None)
+    plain_meta = {
+        k: copy.deepcopy(meta[k]) for k in ("name", "namespace", "uid", "generation", "labels") if k in meta
+    }
+    plain_meta["annotations"] = annotations
+    return {
+        "apiVersion": body.get("apiVersion"),
+        "kind": body.get("kind"),
+        "metadata": plain_meta,
+        "spec": copy.deepcopy(dict(body.get("spec") or {})),
+    }
+
+
+def spec_error_message(exc: BaseException) -> str:
+    """A message a user can act on: pydantic errors described field by field when the helper exists."""
+    if isinstance(exc, KeyError) and exc.args:
+        return str(exc.args[0])
+    try:
+        from pydantic import ValidationError
+
+        from accelbench.errors import describe_validation_error  # written by another engineer
+
+        if isinstance(exc, ValidationError):
+            return str(describe_validation_error(exc))
+    except ImportError:
+        pass
+    return str(exc)
+
+
+def build_children(resource: Any, catalog: Any) -> tuple[Any, list[dict[str, Any]]]:
+    """Plan and render; PlanError (a ValueError) and KeyError (unknown accelerator) mean a bad spec."""
+    from accelbench.plan import plan_finetune, plan_inference
+    from accelbench.render import render_finetune, render_inference
+
+    if isinstance(resource, FinetuneJob):
+        plan = plan_finetune(resource.spec, catalog)
+        return plan, render_finetune(resource, plan, catalog)
+    plan = plan_inference(resource.spec, catalog)
+    return plan, render_inference(resource, plan, catalog)
+
+
+def finished(status: Mapping[str, Any]) -> bool:
+    """A run that started and ended is never re-run by a restart or an edit (it would cost money)."""
+    ready = find_condition(parse_conditions(status.get("conditions")), ConditionType.READY.value)
+    return is_terminal(status) and ready is not None and ready.status == "True"
+
+
+def not_ready_status(
+    current: Mapping[str, Any], message: str, generation: int | None, reason: str = RECONCILE_ERROR
+) -> dict[str, Any]:
+    ready = make_condition(ConditionType.READY.value, False, reason, message, generation)
+    merged = merge_conditions(parse_conditions(current.get("conditions")), [ready], now=now_rfc3339())
+    return {"conditions": conditions_to_wire(merged), "message": message}
+
+
+def _state(memo: Any) -> ControllerState:
+    return memo.state  # set by `configure`; a missing one is a wiring bug worth a loud AttributeError
+
+
+# --- startup -----------------------------------------------------------------------------------
+
+
+def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
+    # Progress and the last-handled spec live in annotations under our own prefix, so the status
+    # stays ours alone and `kubectl get -o yaml` shows whose bookkeeping it is.
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=GROUP, key="last-handled-configuration"
+    )
+    settings.posting.level = logging.getLevelName(os.environ.get("ACCELBENCH_EVENT_LEVEL", "INFO").upper())
+    peering = os.environ.get("ACCELBENCH_PEERING", "").strip()
+    if peering:
+        settings.peering.standalone = False
+        settings.peering.name = "accelbench" if peering.lower() in ("1", "true", "yes") else peering
+    else:
+        settings.peering.standalone = True  # one replica by default: no KopfPeering CRD needed
+    # Watches that end server-side before a silent network drop would stall them.
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    if not hasattr(memo, "state"):
+        load_config()
+        memo.state = ControllerState(
+            kube=Kube(),
+            metrics=METRICS,
+            price_namespace=operator_namespace(),
+            price_config_map=os.environ.get("ACCELBENCH_PRICES_CONFIGMAP", "accelbench-prices"),
+        )
+    logger.info("accelbench controller configured (peering: %s)", peering or "standalone")
+
+
+# --- indexes: children by owner, so observing needs no API reads ----------------------------
+
+
+def _plain(body: Mapping[str, Any]) -> dict[str, Any]:
+    return copy.deepcopy(dict(body))
+
+
+def accelbench_jobs(namespace: str, labels: Mapping[str, str], body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    return {(namespace, labels[NAME_LABEL]): _plain(body)}
+
+
+def accelbench_pods(namespace: str, labels: Mapping[str, str], body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    return {(namespace, labels[NAME_LABEL]): _plain(body)}
+
+
+# --- ensure children ---------------------------------------------------------------------------
+
+
+def _refuse(
+    body: kopf.Body, current: Mapping[str, Any], message: str, generation: int | None, patch: kopf.Patch
+) -> str:
+    already = spec_invalid(current, generation) and current.get("message") == message
+    patch.status.update(
+        status_patch(current, invalid_spec_status(current, message, generation, datetime.now(UTC)))
+    )
+    if not already:
+        kopf.event(body, type="Warning", reason=Reason.INVALID_SPEC.value, message=message[:1024])
+    return "invalid"
+
+
+def _ensure(
+    body: kopf.Body,
+    current: Mapping[str, Any],
+    generation: int | None,
+    patch: kopf.Patch,
+    state: ControllerState,
+    existing_jobs: list[str],
+) -> str:
+    manifest = manifest_of(body)
+    try:
+        resource = parse_resource(manifest)
+        plan, objects = build_children(resource, state.catalog())
+    except (ValueError, KeyError) as exc:
+        return _refuse(body, current, spec_error_message(exc), generation, patch)
+
+    children = [leave_suspend_to_kueue(owned(obj, manifest), existing_jobs) for obj in objects]
+    for child in children:
+        ref = f"{child['kind']}/{child['metadata']['name']}"
+        try:
+            state.kube.apply(child)
+        except ApiException as exc:
+            if exc.status in (400, 422):  # e.g. an immutable Job template after a spec edit
+                refusal = f"the apiserver refused {ref}: {api_error_message(exc)}"
+                if not current.get("children"):
+                    return _refuse(body, current, refusal, generation, patch)  # nothing runs yet
+                rejected = not_ready_status(current, refusal, generation, APPLY_REJECTED)
+                patch.status.update(status_patch(current, rejected))
+                kopf.event(body, type="Warning", reason=APPLY_REJECTED, message=refusal[:1024])
+                return "rejected"
+            message = f"applying {ref} failed ({exc.status}): {api_error_message(exc)}"
+            raise kopf.TemporaryError(message, delay=15) from exc
+        except (HTTPError, OSError) as exc:
+            raise kopf.TemporaryError(f"applying {ref} failed: {exc}", delay=15) from exc
+
+    desired = applied_status(
+        current,
+        plan_status=plan_status(plan).to_wire(),
+        accelerator=accelerator_label(plan),
+        children=children_of(children),
+        price=Price(plan.chips, plan.dollars_per_chip_hour, plan.price_source),
+        generation=generation,
+        now=datetime.now(UTC),
+    )
+    patch.status.update(status_patch(current, desired))
+    ready = find_condition(parse_conditions(current.get("conditions")), ConditionType.READY.value)
+    if ready is None or ready.status != "True":
+        names = ", ".join(f"{c['kind']}/{c['metadata']['name']}" for c in children)
+        kopf.event(body, type="Normal", reason=Reason.CHILDREN_CREATED.value, message=f"applied {names}")
+    return "applied"
+
+
+def ensure_children(
+    body: kopf.Body,
+    meta: kopf.Meta,
+    status: kopf.Status,
+    patch: kopf.Patch,
+    memo: kopf.Memo,
+    logger: logging.Logger,
+    accelbench_jobs: kopf.Index | None = None,
+    **_: Any,
+) -> None:
+    state = _state(memo)
+    kind = str(body.get("kind"))
+    current = dict(status or {})
+    key = (meta.get("namespace"), meta.get("name"))
+    existing_jobs = [j["metadata"]["name"] for j in (accelbench_jobs or {}).get(key, [])]
+    generation = meta.get("generation")
+    started, outcome = time.monotonic(), "error"
+    try:
+        if finished(current):
+            logger.info(
+                "the run already finished (%s); its children are left as they are", current.get("phase")
+            )
+            outcome = "skipped"
+            return
+        outcome = _ensure(body, current, generation, patch, state, existing_jobs)
+    except kopf.TemporaryError:
+        outcome = "retry"
+        raise  # the apiserver was unavailable: that does improve by waiting
+    except Exception as exc:
+        logger.exception("reconciling %s failed", kind)
+        patch.status.update(not_ready_status(current, f"{type(exc).__name__}: {exc}"[:1024], generation))
+    finally:
+        state.metrics.observe_reconcile(kind, outcome, time.monotonic() - started)
+
+
+# --- observe children --------------------------------------------------------------------------
+
+
+def observe_children(
+    body: kopf.Body,
+    namespace: str,
+    name: str,
+    patch: kopf.Patch,
+    memo: kopf.Memo,
+    logger: logging.Logger,
+    accelbench_jobs: kopf.Index,
+    accelbench_pods: kopf.Index,
+    **_: Any,
+) -> None:
+    state = _state(memo)
+    kind = str(body.get("kind"))
+    started, outcome = time.monotonic(), "error"
+    try:
+        key = (namespace, name)
+        jobs = list(accelbench_jobs.get(key, []))
+        pods = list(accelbench_pods.get(key, []))
+        update = observe_resource(body, jobs, pods, datetime.now(UTC))
+        status = dict(body.get("status") or {})
+        outcome = "unchanged"
+        if update is not None and update.changed:
+            patch.status.update(update.patch)
+            status |= update.patch
+            outcome = "changed"
+            for type_, reason, message in update.events:
+                kopf.event(body, type=type_, reason=reason, message=message[:1024])
+        state.metrics.set_phase(namespace, name, kind, status.get("phase"))
+        state.metrics.set_results(namespace, name, kind, status)
+    except Exception:
+        # Observing again in a few seconds is the retry; an exception would only add kopf's backoff.
+        logger.exception("observing %s failed", kind)
+    finally:
+        state.metrics.observe_reconcile(kind, f"observe-{outcome}", time.monotonic() - started)
+
+
+def forget_resource(body: kopf.Body, namespace: str, name: str, memo: kopf.Memo, **_: Any) -> None:
+    _state(memo).metrics.forget(namespace, name, str(body.get("kind")))
+
+
+def register(registry: kopf.OperatorRegistry | None = None) -> None:
+    """Attach the handlers for both kinds (to kopf's default registry unless one is given)."""
+    kopf.on.startup(registry=registry)(configure)
+    # Children carry accelbench.io/name (pod templates too), so both watches stay small.
+    kopf.index("batch", "v1", "jobs", labels={NAME_LABEL: kopf.PRESENT}, registry=registry)(accelbench_jobs)
+    kopf.index("", "v1", "pods", labels={NAME_LABEL: kopf.PRESENT}, registry=registry)(accelbench_pods)
+    for plural in PLURALS:
+        kopf.on.resume(GROUP, VERSION, plural, registry=registry)(ensure_children)
+        kopf.on.create(GROUP, VERSION, plural, registry=registry)(ensure_children)
+        kopf.on.update(GROUP, VERSION, plural, registry=registry)(ensure_children)
+        kopf.timer(GROUP, VERSION, plural, interval=OBSERVE_INTERVAL, registry=registry)(observe_children)
+        kopf.on.delete(GROUP, VERSION, plural, optional=True, registry=registry)(forget_resource)
+
+
+register()

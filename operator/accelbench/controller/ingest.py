@@ -1,0 +1,116 @@
+"""Turn rank 0's termination message into results, or into a condition that says why there are none.
+
+Whatever the text is (empty, cut off by the kubelet, a stack trace, a JSON list, another schema), the
+outcome is an `Ingested` value and never an exception: a bad report is a user-visible condition, not a
+reason for kopf to retry forever.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from accelbench.api.report import (
+    FinetuneMetrics,
+    ReportError,
+    ReportKind,
+    Timings,
+    WorkerReport,
+    parse_termination_message,
+)
+from accelbench.api.status import BenchResults, Condition, ConditionType, FinetuneResults, Reason
+
+from .conditions import make_condition
+
+log = logging.getLogger(__name__)
+
+KIND_REPORTS: dict[str, ReportKind] = {"FinetuneJob": ReportKind.FINETUNE, "InferenceBench": ReportKind.BENCH}
+
+
+@dataclass(frozen=True)
+class Ingested:
+    condition: Condition  # ResultValid, True or False with a reason
+    report: WorkerReport | None = None
+    results: FinetuneResults | BenchResults | None = None
+    worker_error: str | None = None  # set when the worker itself reported ok=false
+
+    @property
+    def valid(self) -> bool:
+        return self.condition.status == "True"
+
+
+def _invalid(reason: str, message: str, generation: int | None) -> Ingested:
+    return Ingested(make_condition(ConditionType.RESULT_VALID.value, False, reason, message, generation))
+
+
+def finetune_results(
+    metrics: FinetuneMetrics, timings: Timings | None, device: str | None
+) -> FinetuneResults:
+    """The status view of a fine-tune report: the headline numbers, not the loss history."""
+    return FinetuneResults(
+        tokens_per_second=metrics.tokens_per_second,
+        tokens_per_second_per_chip=metrics.tokens_per_second_per_chip,
+        mfu=metrics.mfu,
+        mfu_formula=metrics.mfu_formula,
+        trained_tokens=metrics.trained_tokens,
+        steps=metrics.steps,
+        first_loss=metrics.first_loss,
+        final_loss=metrics.final_loss,
+        eval_loss=metrics.eval_loss,
+        perplexity=metrics.perplexity,
+        train_seconds=timings.train_seconds if timings else None,
+        device=device,
+    )
+
+
+def worker_error_message(report: WorkerReport) -> str:
+    if report.error is None:
+        return "the worker reported ok=false without an error"
+    return f"{report.error.type}: {report.error.message}"
+
+
+def results_of(report: WorkerReport, kind: str) -> FinetuneResults | BenchResults:
+    """Results for the resource kind; ReportError when the report is of the other kind or empty."""
+    expected = KIND_REPORTS.get(kind)
+    if expected is not None and report.kind != expected:
+        raise ReportError(
+            Reason.RESULT_INVALID.value, f"report kind is {report.kind.value}, expected {expected.value}"
+        )
+    if report.kind == ReportKind.FINETUNE:
+        if report.finetune is None:
+            raise ReportError(Reason.RESULT_INVALID.value, "finetune report has no finetune metrics")
+        return finetune_results(report.finetune, report.timings, report.device)
+    if report.bench is None:
+        raise ReportError(Reason.RESULT_INVALID.value, "bench report has no bench results")
+    return report.bench  # the worker already wrote the status shape; it passes through
+
+
+def ingest(text: str | None, kind: str, generation: int | None = None) -> Ingested:
+    """Validate the termination message of rank 0 for a resource of `kind`."""
+    try:
+        report = parse_termination_message(text)
+        if not report.ok:
+            message = worker_error_message(report)
+            return Ingested(
+                make_condition(
+                    ConditionType.RESULT_VALID.value, False, Reason.WORKER_ERROR.value, message, generation
+                ),
+                report=report,
+                worker_error=message,
+            )
+        results = results_of(report, kind)
+    except ReportError as exc:
+        return _invalid(exc.reason, str(exc), generation)
+    except Exception as exc:  # parse_termination_message promises ReportError; this guards that promise
+        log.exception("unexpected error while ingesting a worker report")
+        return _invalid(
+            Reason.RESULT_INVALID.value, f"report could not be read: {type(exc).__name__}", generation
+        )
+    condition = make_condition(
+        ConditionType.RESULT_VALID.value,
+        True,
+        Reason.RESULT_VALID.value,
+        "worker report accepted",
+        generation,
+    )
+    return Ingested(condition, report=report, results=results)

@@ -1,0 +1,137 @@
+"""Thin Kubernetes I/O: server-side apply of children, reads by label, the price ConfigMap, status.
+
+Requests go through the kubernetes client's ApiClient (auth, TLS, proxies) but bodies stay plain
+camelCase dicts, the same shape render/ produces and observe/ reads, with no model round trip.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+from urllib.parse import quote
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+log = logging.getLogger(__name__)
+
+FIELD_MANAGER = "accelbench-operator"
+APPLY_CONTENT_TYPE = "application/apply-patch+yaml"  # JSON is YAML, so a JSON body is fine
+MERGE_CONTENT_TYPE = "application/merge-patch+json"
+
+# Plurals of the kinds the renderer emits; anything else is refused rather than guessed.
+PLURALS: dict[str, str] = {
+    "Job": "jobs",
+    "Service": "services",
+    "ConfigMap": "configmaps",
+    "Deployment": "deployments",
+    "StatefulSet": "statefulsets",
+    "Pod": "pods",
+    "Event": "events",
+    "FinetuneJob": "finetunejobs",
+    "InferenceBench": "inferencebenches",
+}
+
+
+def resource_path(api_version: str, kind: str, namespace: str | None, name: str | None = None) -> str:
+    """REST path of a namespaced kind: /api/v1/... for the core group, /apis/<group>/<v>/... otherwise."""
+    plural = PLURALS.get(kind)
+    if plural is None:
+        raise ValueError(f"kind {kind!r} is not one the operator manages")
+    prefix = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+    path = f"{prefix}/namespaces/{quote(namespace, safe='')}/{plural}" if namespace else f"{prefix}/{plural}"
+    return f"{path}/{quote(name, safe='')}" if name else path
+
+
+def load_config() -> None:
+    """In a pod: the service account; elsewhere: the kubeconfig (the local control plane)."""
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
+
+
+class Kube:
+    """The operator's only client. Every method is one request (plus paging for lists)."""
+
+    def __init__(self, api_client: client.ApiClient | None = None) -> None:
+        self.api = api_client or client.ApiClient()
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Sequence[tuple[str, str]] = (),
+        body: Any = None,
+        content_type: str | None = None,
+        timeout: float = 30.0,
+    ) -> dict[str, Any]:
+        headers = {"Accept": "application/json"}
+        if content_type:
+            headers["Content-Type"] = content_type
+        serialized = self.api.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=list(query),
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        response = self.api.call_api(*serialized, _request_timeout=timeout)
+        data = response.read()
+        if not 200 <= response.status < 300:
+            raise ApiException(http_resp=response)
+        return json.loads(data) if data else {}
+
+    def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Server-side apply with force: the operator owns every field it renders, and nothing else."""
+        meta = obj["metadata"]
+        path = resource_path(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"])
+        query = [("fieldManager", FIELD_MANAGER), ("force", "true")]
+        return self._call("PATCH", path, query=query, body=dict(obj), content_type=APPLY_CONTENT_TYPE)
+
+    def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self._call("GET", resource_path(api_version, kind, namespace, name))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def list(self, api_version: str, kind: str, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        """All objects matching the selector, following `continue` tokens."""
+        items: list[dict[str, Any]] = []
+        token = ""
+        while True:
+            query = [("labelSelector", label_selector), ("limit", "500")]
+            if token:
+                query.append(("continue", token))
+            page = self._call("GET", resource_path(api_version, kind, namespace), query=query)
+            items.extend(page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue") or ""
+            if not token:
+                return items
+
+    def read_config_map_data(self, namespace: str, name: str) -> dict[str, str] | None:
+        """The data of a ConfigMap, or None when it does not exist (no price overrides then)."""
+        found = self.get("v1", "ConfigMap", namespace, name)
+        return None if found is None else dict(found.get("data") or {})
+
+    def patch_status(
+        self, api_version: str, kind: str, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Merge-patch the status subresource (outside kopf handlers; inside them kopf's `patch` is used)."""
+        path = resource_path(api_version, kind, namespace, name) + "/status"
+        return self._call("PATCH", path, body={"status": dict(status)}, content_type=MERGE_CONTENT_TYPE)
+
+
+def api_error_message(exc: ApiException) -> str:
+    """The apiserver's own message (a Status object), which is what a user needs to read."""
+    try:
+        body = json.loads(exc.body or "{}")
+    except ValueError:
+        body = {}
+    return str(body.get("message") or exc.reason or exc)

@@ -1,0 +1,125 @@
+"""One observation pass for one resource, as a pure function the timer calls.
+
+Input: the resource body and the child Jobs/Pods from kopf's indexes. Output: the status patch (empty
+when nothing changed) and whether the phase moved, so the handler can post one event per transition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from accelbench.api.status import Children, Phase, Reason
+
+from .children import select_pods
+from .conditions import parse_conditions
+from .cost import parse_time
+from .ingest import Ingested, ingest
+from .observe import Observation, observe
+from .status import (
+    apply_worker_error,
+    derive_status,
+    is_terminal,
+    needs_ingest,
+    recorded_worker_error,
+    spec_invalid,
+    status_patch,
+)
+
+# The kubelet writes the pod's termination message before the Job controller counts the pod, but the
+# two watch streams may deliver out of order: wait this long before calling a missing report missing.
+REPORT_GRACE = timedelta(seconds=20)
+
+WARNING_REASONS = frozenset(
+    {
+        Reason.UNSCHEDULABLE,
+        Reason.IMAGE_PULL_BACK_OFF,
+        Reason.OOM_KILLED,
+        Reason.PREEMPTED,
+        Reason.DEADLINE_EXCEEDED,
+        Reason.BACKOFF_LIMIT_EXCEEDED,
+        Reason.CONTAINER_FAILED,
+        Reason.WORKER_ERROR,
+        Reason.RESULT_INVALID,
+        Reason.RESULT_MISSING,
+    }
+)
+
+
+@dataclass(frozen=True)
+class StatusUpdate:
+    patch: dict[str, Any]
+    old_phase: str | None
+    new_phase: str | None
+    reason: str
+    message: str
+    events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.patch)
+
+
+def event_type(reason: str, phase: str | None) -> str:
+    return "Warning" if phase == Phase.FAILED.value or reason in WARNING_REASONS else "Normal"
+
+
+def _children(status: Mapping[str, Any]) -> Children | None:
+    try:
+        return Children.model_validate(dict(status.get("children") or {}))
+    except ValueError:
+        return None
+
+
+def _report_overdue(obs: Observation, now: datetime) -> bool:
+    ended = parse_time(obs.completion_time)
+    return ended is None or now - ended >= REPORT_GRACE
+
+
+def _maybe_ingest(
+    status: Mapping[str, Any], obs: Observation, kind: str, generation: int | None, now: datetime
+) -> Ingested | None:
+    """Read rank 0's report once, on the first terminal observation that has it (or after the grace)."""
+    if not obs.terminal or not needs_ingest(status):
+        return None
+    if obs.termination_message is None and not _report_overdue(obs, now):
+        return None
+    return ingest(obs.termination_message, kind, generation)
+
+
+def observe_resource(
+    body: Mapping[str, Any],
+    jobs: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    now: datetime,
+) -> StatusUpdate | None:
+    """None when there is nothing for the observer to do (refused spec, children not applied yet,
+    or a finished run whose Job was cleaned up by its TTL)."""
+    kind = str(body.get("kind"))
+    status: Mapping[str, Any] = body.get("status") or {}
+    generation = (body.get("metadata") or {}).get("generation")
+    if spec_invalid(status, generation):
+        return None
+    children = _children(status)
+    if children is None or not children.job:
+        return None
+    job = next((j for j in jobs if (j.get("metadata") or {}).get("name") == children.job), None)
+    if job is None and is_terminal(status):
+        return None
+    obs = observe(job, select_pods(pods, children))
+
+    ingested = _maybe_ingest(status, obs, kind, generation, now)
+    obs = apply_worker_error(obs, recorded_worker_error(parse_conditions(status.get("conditions")), ingested))
+    desired = derive_status(status, obs, generation=generation, now=now, ingested=ingested)
+    patch = status_patch(status, desired)
+
+    events = []
+    old_phase, new_phase = status.get("phase"), desired.get("phase")
+    if old_phase != new_phase:
+        transition = f"{old_phase or 'None'} -> {new_phase}: {obs.message}"
+        events.append((event_type(obs.reason, new_phase), obs.reason, transition))
+    if ingested is not None and not ingested.valid and ingested.worker_error is None:
+        events.append(("Warning", ingested.condition.reason, ingested.condition.message))
+    return StatusUpdate(patch, old_phase, new_phase, obs.reason, obs.message, events)

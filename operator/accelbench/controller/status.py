@@ -1,0 +1,232 @@
+"""Status composition: (current status, observation, report, clock) -> the status to write. Pure.
+
+Every function returns wire-form (camelCase) dicts for the fields it owns; `status_patch` then keeps only
+what differs from the current status, so an unchanged world writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from accelbench.api.status import (
+    BenchResults,
+    Children,
+    Condition,
+    ConditionType,
+    Cost,
+    Phase,
+    Reason,
+)
+
+from .conditions import (
+    conditions_to_wire,
+    find_condition,
+    make_condition,
+    merge_conditions,
+    now_rfc3339,
+    parse_conditions,
+    remove_condition,
+)
+from .cost import compute_cost, with_serving_cost
+from .ingest import Ingested
+from .observe import Observation
+
+# A worker's own ok=false is more telling than a bare exit code, but not than these platform causes.
+PLATFORM_FAILURES = frozenset({Reason.DEADLINE_EXCEEDED, Reason.OOM_KILLED, Reason.PREEMPTED})
+TERMINAL = frozenset({Phase.SUCCEEDED.value, Phase.FAILED.value})
+
+
+@dataclass(frozen=True)
+class Price:
+    chips: int
+    dollars_per_chip_hour: float
+    price_source: str
+
+    @property
+    def dollars_per_hour(self) -> float:
+        return self.chips * self.dollars_per_chip_hour
+
+
+def price_from_status(status: Mapping[str, Any]) -> Price | None:
+    """The price seeded into status.cost when the children were applied (so the timer needs no plan)."""
+    cost = status.get("cost") or {}
+    try:
+        return Price(int(cost["chips"]), float(cost["dollarsPerChipHour"]), str(cost["priceSource"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def is_terminal(status: Mapping[str, Any]) -> bool:
+    return status.get("phase") in TERMINAL
+
+
+def spec_invalid(status: Mapping[str, Any], generation: int | None) -> bool:
+    """True when this generation was already refused; the timer then leaves the status alone."""
+    ready = find_condition(parse_conditions(status.get("conditions")), ConditionType.READY.value)
+    return (
+        ready is not None
+        and ready.status == "False"
+        and ready.reason == Reason.INVALID_SPEC.value
+        and ready.observed_generation == generation
+    )
+
+
+def invalid_spec_status(
+    current: Mapping[str, Any], message: str, generation: int | None, now: datetime
+) -> dict[str, Any]:
+    """Phase Failed with Ready=False/InvalidSpec; fixing the spec (a new generation) clears it."""
+    ready = make_condition(ConditionType.READY.value, False, Reason.INVALID_SPEC.value, message, generation)
+    conditions = merge_conditions(parse_conditions(current.get("conditions")), [ready], now=now_rfc3339(now))
+    return {
+        "phase": Phase.FAILED.value,
+        "conditions": conditions_to_wire(conditions),
+        "message": message,
+        "observedGeneration": generation,
+    }
+
+
+def applied_status(
+    current: Mapping[str, Any],
+    *,
+    plan_status: Mapping[str, Any],
+    accelerator: str,
+    children: Children,
+    price: Price,
+    generation: int | None,
+    now: datetime,
+) -> dict[str, Any]:
+    """After the children were applied: what was planned, which children exist, and the price book."""
+    ready = make_condition(
+        ConditionType.READY.value, True, Reason.CHILDREN_CREATED.value, "children applied", generation
+    )
+    conditions = merge_conditions(parse_conditions(current.get("conditions")), [ready], now=now_rfc3339(now))
+    status: dict[str, Any] = {
+        "conditions": conditions_to_wire(conditions),
+        "observedGeneration": generation,
+        "plan": dict(plan_status),
+        "accelerator": accelerator,
+        "children": children.to_wire(),
+    }
+    refused_before = current.get("phase") == Phase.FAILED.value and not current.get("startTime")
+    if not current.get("phase") or refused_before:
+        status["phase"] = Phase.PENDING.value
+        status["message"] = "children applied; waiting for the Job"
+    if not is_terminal(current) or refused_before:
+        old = current.get("cost") or {}
+        status["cost"] = Cost(
+            dollars=float(old.get("dollars", 0.0)),
+            chips=price.chips,
+            hours=float(old.get("hours", 0.0)),
+            dollars_per_chip_hour=price.dollars_per_chip_hour,
+            price_source=price.price_source,
+        ).to_wire()
+    return status
+
+
+def _with_generation(conditions: tuple[Condition, ...], generation: int | None) -> list[Condition]:
+    return [c.model_copy(update={"observed_generation": generation}) for c in conditions]
+
+
+def recorded_worker_error(existing: list[Condition], ingested: Ingested | None) -> str | None:
+    """The worker's own error, from this ingestion or from the one recorded earlier."""
+    if ingested is not None:
+        return ingested.worker_error
+    result = find_condition(existing, ConditionType.RESULT_VALID.value)
+    if result is not None and result.reason == Reason.WORKER_ERROR.value:
+        return result.message
+    return None
+
+
+def apply_worker_error(obs: Observation, error: str | None) -> Observation:
+    if error is None or not obs.terminal or obs.reason in PLATFORM_FAILURES:
+        return obs
+    failed = make_condition(ConditionType.FAILED.value, True, Reason.WORKER_ERROR.value, error)
+    running = make_condition(ConditionType.RUNNING.value, False, Reason.WORKER_ERROR.value, error)
+    return Observation(
+        phase=Phase.FAILED,
+        reason=Reason.WORKER_ERROR.value,
+        message=error,
+        conditions=(running, failed),
+        start_time=obs.start_time,
+        completion_time=obs.completion_time,
+        termination_message=obs.termination_message,
+        exit_code=obs.exit_code,
+        notes=obs.notes,
+    )
+
+
+def _billing_clock(now: datetime, terminal: bool) -> datetime:
+    # A running cost that moved every few seconds would rewrite the status on every timer tick.
+    return now if terminal else now.replace(second=0, microsecond=0)
+
+
+def derive_status(
+    current: Mapping[str, Any],
+    observation: Observation,
+    *,
+    generation: int | None,
+    now: datetime,
+    ingested: Ingested | None = None,
+) -> dict[str, Any]:
+    """The fields the observer owns: phase, conditions, message, times, cost, results."""
+    existing = parse_conditions(current.get("conditions"))
+    obs = apply_worker_error(observation, recorded_worker_error(existing, ingested))
+
+    desired = _with_generation(obs.conditions, generation)
+    if ingested is not None:
+        desired.append(ingested.condition)
+    conditions = existing
+    stale = (ConditionType.SUCCEEDED, ConditionType.FAILED) if not obs.terminal else ()
+    if obs.phase == Phase.FAILED:
+        stale = (ConditionType.SUCCEEDED,)
+    for type_ in stale:
+        conditions = remove_condition(conditions, type_.value)
+    conditions = merge_conditions(conditions, desired, now=now_rfc3339(now))
+
+    message = obs.message if not obs.notes else f"{obs.message} (earlier: {obs.notes[-1]})"
+    status: dict[str, Any] = {
+        "phase": obs.phase.value,
+        "conditions": conditions_to_wire(conditions),
+        "message": message,
+        "startTime": obs.start_time,
+        "completionTime": obs.completion_time if obs.terminal else None,
+    }
+
+    price = price_from_status(current)
+    if price is not None:
+        cost = compute_cost(
+            chips=price.chips,
+            dollars_per_chip_hour=price.dollars_per_chip_hour,
+            price_source=price.price_source,
+            start=obs.start_time,
+            end=obs.completion_time if obs.terminal else None,
+            now=_billing_clock(now, obs.terminal),
+        )
+        if cost is not None:
+            status["cost"] = cost.to_wire()
+
+    if ingested is not None and ingested.results is not None:
+        results = ingested.results
+        if isinstance(results, BenchResults) and price is not None:
+            results = with_serving_cost(results, price.dollars_per_hour)
+        status["results"] = results.to_wire()
+    return status
+
+
+def status_patch(current: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any]:
+    """Only the top-level fields that changed; None values are kept (they delete in a merge patch)."""
+    return {
+        key: value
+        for key, value in desired.items()
+        if current.get(key) != value and not (value is None and current.get(key) is None)
+    }
+
+
+def needs_ingest(current: Mapping[str, Any]) -> bool:
+    """Rank 0's report is read once: after that the ResultValid condition records the outcome."""
+    return (
+        find_condition(parse_conditions(current.get("conditions")), ConditionType.RESULT_VALID.value) is None
+    )

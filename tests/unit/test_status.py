@@ -1,0 +1,658 @@
+"""Status derivation from recorded Job/Pod JSON (tests/unit/recorded), one fixture per reason, and the
+observer pass that turns an observation into a status patch."""
+
+from __future__ import annotations
+
+import copy
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from accelbench.controller.children import children_of, owned, select_pods
+from accelbench.controller.observe import Observation, observe, rank0_pod, termination_message
+from accelbench.controller.reconcile import observe_resource
+from accelbench.controller.status import (
+    Price,
+    applied_status,
+    derive_status,
+    invalid_spec_status,
+    spec_invalid,
+    status_patch,
+)
+
+RECORDED = Path(__file__).parent / "recorded"
+NOW = datetime(2026, 5, 4, 12, 0, 0, tzinfo=UTC)
+
+
+def recorded(name: str) -> dict[str, Any]:
+    return json.loads((RECORDED / f"{name}.json").read_text())
+
+
+def observed(name: str) -> Observation:
+    case = recorded(name)
+    return observe(case["job"], case["pods"])
+
+
+# --- observe: one recorded case per reason ------------------------------------------------------
+
+
+def test_no_job_is_pending() -> None:
+    obs = observe(None, [])
+    assert obs.phase == "Pending"
+    assert not obs.terminal
+
+
+def test_running() -> None:
+    obs = observed("finetune_running")
+    assert (obs.phase, obs.reason) == ("Running", "Running")
+    assert obs.start_time == "2026-05-04T10:00:00Z"
+    assert {c.type: c.status for c in obs.conditions} == {"Scheduled": "True", "Running": "True"}
+
+
+def test_unschedulable_carries_the_scheduler_message() -> None:
+    obs = observed("finetune_unschedulable")
+    assert (obs.phase, obs.reason) == ("Scheduling", "Unschedulable")
+    assert "Insufficient google.com/tpu" in obs.message
+    scheduled = next(c for c in obs.conditions if c.type == "Scheduled")
+    assert (scheduled.status, scheduled.reason) == ("False", "Unschedulable")
+
+
+def test_image_pull_back_off() -> None:
+    obs = observed("finetune_image_pull")
+    assert (obs.phase, obs.reason) == ("Scheduling", "ImagePullBackOff")
+    assert "worker-jax:0.1.0-typo" in obs.message
+    scheduled = next(c for c in obs.conditions if c.type == "Scheduled")
+    assert scheduled.status == "True"  # the pod is on a node; the image is the problem
+
+
+def test_err_image_pull_maps_to_image_pull_back_off() -> None:
+    case = recorded("finetune_image_pull")
+    pods = [p for p in case["pods"] if p["metadata"]["name"].endswith("m4q9d")]
+    obs = observe(case["job"], pods)
+    assert obs.reason == "ImagePullBackOff"
+    assert "ErrImagePull" in obs.message
+
+
+def test_oom_killed_beats_the_generic_backoff_reason() -> None:
+    obs = observed("finetune_oom")
+    assert (obs.phase, obs.reason) == ("Failed", "OOMKilled")
+    assert obs.exit_code == 137
+    assert "backoff limit" in obs.message
+    assert obs.completion_time == "2026-05-04T10:11:06Z"  # failed Jobs have no completionTime
+    failed = next(c for c in obs.conditions if c.type == "Failed")
+    assert (failed.status, failed.reason) == ("True", "OOMKilled")
+
+
+def test_container_failed_with_exit_code() -> None:
+    obs = observed("finetune_exit1")
+    assert (obs.phase, obs.reason, obs.exit_code) == ("Failed", "ContainerFailed", 1)
+    assert "exited with code 1" in obs.message
+
+
+def test_backoff_limit_exceeded_without_pods_left() -> None:
+    case = recorded("finetune_exit1")
+    obs = observe(case["job"], [])
+    assert (obs.phase, obs.reason) == ("Failed", "BackoffLimitExceeded")
+
+
+def test_deadline_exceeded() -> None:
+    obs = observed("finetune_deadline")
+    assert (obs.phase, obs.reason) == ("Failed", "DeadlineExceeded")
+    assert obs.completion_time == "2026-05-04T11:00:31Z"
+
+
+def test_preempted_while_the_replacement_waits_for_a_node() -> None:
+    obs = observed("finetune_preempted")
+    # The replacement pod is unschedulable right now: that is what blocks; the preemption is noted.
+    assert (obs.phase, obs.reason) == ("Scheduling", "Unschedulable")
+    assert any("PreemptionByScheduler" in note for note in obs.notes)
+
+
+def test_preempted_by_node_shutdown_before_a_replacement_exists() -> None:
+    obs = observed("finetune_node_shutdown")
+    assert (obs.phase, obs.reason) == ("Scheduling", "Preempted")
+    assert "node shutdown" in obs.message
+
+
+def test_preempted_when_the_job_gave_up() -> None:
+    case = recorded("finetune_node_shutdown")
+    job = copy.deepcopy(recorded("finetune_exit1")["job"])
+    obs = observe(job, case["pods"])
+    assert (obs.phase, obs.reason) == ("Failed", "Preempted")
+
+
+def test_queued_in_kueue() -> None:
+    obs = observed("finetune_queued")
+    assert (obs.phase, obs.reason) == ("Suspended", "Queued")
+    assert "tpu-queue" in obs.message
+
+
+def test_suspended() -> None:
+    obs = observed("finetune_suspended")
+    assert (obs.phase, obs.reason) == ("Suspended", "Suspended")
+
+
+def test_succeeded_with_rank0_termination_message() -> None:
+    obs = observed("finetune_complete")
+    assert (obs.phase, obs.reason) == ("Succeeded", "Completed")
+    assert obs.completion_time == "2026-05-04T11:30:01Z"
+    assert obs.termination_message is not None
+    assert json.loads(obs.termination_message)["kind"] == "finetune"
+
+
+def test_rank0_is_index_zero_not_the_first_pod() -> None:
+    case = recorded("finetune_complete")
+    pod = rank0_pod(case["pods"], "gemma-lora-train")
+    assert pod is not None and pod["metadata"]["name"].endswith("-0-x7k2p")
+    assert termination_message(case["pods"][0]) is None  # index 1 wrote nothing
+
+
+def test_success_criteria_met_is_not_terminal_yet() -> None:
+    obs = observed("finetune_finishing")
+    assert obs.phase == "Running"
+    assert "finishing" in obs.message
+
+
+def test_bench_server_crash_loop_is_visible_while_the_client_runs() -> None:
+    obs = observed("bench_server_crashloop")
+    assert (obs.phase, obs.reason) == ("Running", "OOMKilled")
+    assert "vllm" in obs.message
+
+
+def test_bench_cost_starts_with_the_server() -> None:
+    obs = observed("bench_complete")
+    assert obs.phase == "Succeeded"
+    assert obs.start_time == "2026-05-04T10:00:02Z"  # the server pod, before the client Job
+    assert obs.termination_message is not None and '"kind":"bench"' in obs.termination_message
+
+
+# --- children -------------------------------------------------------------------------------------
+
+
+OWNER: dict[str, Any] = {
+    "apiVersion": "accelbench.io/v1alpha1",
+    "kind": "InferenceBench",
+    "metadata": {"name": "serve", "namespace": "team-a", "uid": "u-1"},
+}
+
+
+def test_owned_sets_namespace_and_one_controller_reference() -> None:
+    obj = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "serve-client"}}
+    child = owned(owned(obj, OWNER), OWNER)
+    assert child["metadata"]["namespace"] == "team-a"
+    assert [r["uid"] for r in child["metadata"]["ownerReferences"]] == ["u-1"]
+    assert child["metadata"]["ownerReferences"][0]["controller"] is True
+    assert "ownerReferences" not in obj["metadata"]  # the rendered object is not mutated
+
+
+def test_children_of_a_bench_and_pod_selection() -> None:
+    objs = [
+        {"kind": "Deployment", "metadata": {"name": "serve-server"}},
+        {"kind": "Service", "metadata": {"name": "serve-server"}},
+        {"kind": "Job", "metadata": {"name": "serve-client", "labels": {"accelbench.io/role": "client"}}},
+        {"kind": "ConfigMap", "metadata": {"name": "serve-results"}},
+    ]
+    children = children_of(objs)
+    assert children.job == children.client == "serve-client"
+    assert (children.server, children.results_config_map) == ("serve-server", "serve-results")
+    pods = recorded("bench_complete")["pods"]
+    assert len(select_pods(pods, children)) == 2
+    assert len(select_pods(pods, children.model_copy(update={"server": None}))) == 1
+
+
+def test_children_of_a_finetune() -> None:
+    objs = [
+        {"kind": "Job", "metadata": {"name": "g-train"}},
+        {"kind": "Service", "metadata": {"name": "g-train"}},
+    ]
+    children = children_of(objs)
+    assert (children.job, children.service, children.client) == ("g-train", "g-train", None)
+
+
+# --- status composition ---------------------------------------------------------------------------
+
+PRICED: dict[str, Any] = {
+    "phase": "Pending",
+    "observedGeneration": 1,
+    "conditions": [
+        {
+            "type": "Ready",
+            "status": "True",
+            "reason": "ChildrenCreated",
+            "lastTransitionTime": "2026-05-04T09:59:59Z",
+            "observedGeneration": 1,
+        }
+    ],
+    "children": {"job": "gemma-lora-train", "service": "gemma-lora-train"},
+    "accelerator": "tpu-v5p 2x2x2",
+    "cost": {"dollars": 0.0, "chips": 8, "hours": 0.0, "dollarsPerChipHour": 4.2, "priceSource": "catalog"},
+}
+
+
+def body_with(status: dict[str, Any], kind: str = "FinetuneJob", name: str = "gemma-lora") -> dict[str, Any]:
+    return {
+        "apiVersion": "accelbench.io/v1alpha1",
+        "kind": kind,
+        "metadata": {"name": name, "namespace": "team-a", "generation": 1, "uid": "u-1"},
+        "spec": {},
+        "status": status,
+    }
+
+
+def test_running_status_costs_to_the_minute() -> None:
+    obs = observed("finetune_running")
+    status = derive_status(PRICED, obs, generation=1, now=datetime(2026, 5, 4, 11, 0, 42, tzinfo=UTC))
+    assert status["phase"] == "Running"
+    # 10:00:00 -> 11:00 (seconds dropped while running): 1 h x 8 chips x $4.20
+    assert status["cost"]["dollars"] == pytest.approx(33.6)
+    types = [c["type"] for c in status["conditions"]]
+    assert types == ["Ready", "Scheduled", "Running"]
+    assert status["conditions"][0]["lastTransitionTime"] == "2026-05-04T09:59:59Z"
+
+
+def test_unchanged_world_gives_an_empty_patch() -> None:
+    obs = observed("finetune_running")
+    first = derive_status(PRICED, obs, generation=1, now=NOW)
+    current = {**PRICED, **first}
+    second = derive_status(current, obs, generation=1, now=datetime(2026, 5, 4, 12, 0, 30, tzinfo=UTC))
+    assert status_patch(current, second) == {}
+
+
+def test_observer_pass_ingests_once_and_fills_results() -> None:
+    case = recorded("finetune_complete")
+    update = observe_resource(body_with(dict(PRICED)), [case["job"]], case["pods"], NOW)
+    assert update is not None
+    patch = update.patch
+    assert patch["phase"] == "Succeeded"
+    assert patch["results"]["tokensPerSecond"] == 5120.5
+    assert patch["completionTime"] == "2026-05-04T11:30:01Z"
+    # 10:00:00 -> 11:30:01 is 5401 s = 1.500278 h; x 8 chips x $4.20 = $50.4093
+    assert patch["cost"]["dollars"] == pytest.approx(50.4093, abs=1e-4)
+    result_valid = next(c for c in patch["conditions"] if c["type"] == "ResultValid")
+    assert result_valid["status"] == "True"
+    assert [e[1] for e in update.events] == ["Completed"]
+
+    after = body_with({**PRICED, **patch})
+    again = observe_resource(after, [case["job"]], case["pods"], NOW)
+    assert again is not None and again.patch == {} and again.events == []
+
+
+def test_garbage_report_is_a_condition_and_the_phase_stays() -> None:
+    case = recorded("finetune_complete")
+    for pod in case["pods"]:
+        for cs in pod["status"]["containerStatuses"]:
+            if "message" in cs["state"]["terminated"]:
+                cs["state"]["terminated"]["message"] = '{"schemaVersion": 1, "kind": "finet'
+    update = observe_resource(body_with(dict(PRICED)), [case["job"]], case["pods"], NOW)
+    assert update is not None
+    assert update.patch["phase"] == "Succeeded"
+    assert "results" not in update.patch
+    result_valid = next(c for c in update.patch["conditions"] if c["type"] == "ResultValid")
+    assert (result_valid["status"], result_valid["reason"]) == ("False", "ResultInvalid")
+    assert ("Warning", "ResultInvalid") in [(e[0], e[1]) for e in update.events]
+
+
+def _with_report(case: dict[str, Any], report: dict[str, Any]) -> dict[str, Any]:
+    text = json.dumps(report)
+    for pod in case["pods"]:
+        for cs in pod["status"]["containerStatuses"]:
+            if "message" in cs["state"]["terminated"]:
+                cs["state"]["terminated"]["message"] = text
+    return case
+
+
+def test_worker_error_turns_success_into_failure_and_stays_so() -> None:
+    report = {
+        "schemaVersion": 1,
+        "kind": "finetune",
+        "ok": False,
+        "error": {"type": "E", "message": "bad data"},
+    }
+    case = _with_report(recorded("finetune_complete"), report)
+    update = observe_resource(body_with(dict(PRICED)), [case["job"]], case["pods"], NOW)
+    assert update is not None
+    assert update.patch["phase"] == "Failed"
+    failed = next(c for c in update.patch["conditions"] if c["type"] == "Failed")
+    assert (failed["reason"], failed["message"]) == ("WorkerError", "E: bad data")
+    assert not any(c["type"] == "Succeeded" for c in update.patch["conditions"])
+
+    after = body_with({**PRICED, **update.patch})
+    again = observe_resource(after, [case["job"]], case["pods"], NOW)
+    assert again is not None and again.patch == {}
+
+
+def test_missing_report_waits_for_the_grace_period_then_is_missing() -> None:
+    case = recorded("finetune_complete")
+    for pod in case["pods"]:
+        for cs in pod["status"]["containerStatuses"]:
+            cs["state"]["terminated"].pop("message", None)
+    soon = datetime(2026, 5, 4, 11, 30, 10, tzinfo=UTC)
+    early = observe_resource(body_with(dict(PRICED)), [case["job"]], case["pods"], soon)
+    assert early is not None and not any(c["type"] == "ResultValid" for c in early.patch["conditions"])
+    late = observe_resource(body_with(dict(PRICED)), [case["job"]], case["pods"], NOW)
+    assert late is not None
+    result_valid = next(c for c in late.patch["conditions"] if c["type"] == "ResultValid")
+    assert result_valid["reason"] == "ResultMissing"
+
+
+def test_bench_results_get_serving_cost() -> None:
+    case = recorded("bench_complete")
+    status = {
+        **PRICED,
+        "children": {"job": "serve-client", "client": "serve-client", "server": "serve-server"},
+        "cost": {
+            "dollars": 0.0,
+            "chips": 2,
+            "hours": 0.0,
+            "dollarsPerChipHour": 11.06,
+            "priceSource": "catalog",
+        },
+    }
+    update = observe_resource(body_with(status, "InferenceBench", "serve"), [case["job"]], case["pods"], NOW)
+    assert update is not None
+    results = update.patch["results"]
+    # $22.12/h; capacity 8: slowest cell 540 tok/s -> 22.12 / (540 x 3600) x 1e6
+    assert results["dollarsPerMillionTokensAtCapacity"] == pytest.approx(11.378601, abs=1e-6)
+    assert results["dollarsPerMillionTokensAtPeak"] == pytest.approx(8.904992, abs=1e-6)
+    # 10:00:02 -> 10:35:00 on 2 chips at $11.06
+    assert update.patch["cost"]["dollars"] == pytest.approx(2 * 11.06 * (34 * 60 + 58) / 3600, abs=1e-3)
+
+
+def test_finished_run_whose_job_was_cleaned_up_is_left_alone() -> None:
+    done = {**PRICED, "phase": "Succeeded"}
+    assert observe_resource(body_with(done), [], [], NOW) is None
+
+
+def test_nothing_to_observe_before_children_exist() -> None:
+    assert observe_resource(body_with({}), [], [], NOW) is None
+
+
+def test_phase_transition_events() -> None:
+    case = recorded("finetune_unschedulable")
+    update = observe_resource(body_with(dict(PRICED)), [case["job"]], case["pods"], NOW)
+    assert update is not None
+    assert update.events[0][:2] == ("Warning", "Unschedulable")
+    assert update.events[0][2].startswith("Pending -> Scheduling")
+
+
+# --- spec refused, children applied ---------------------------------------------------------------
+
+
+def test_invalid_spec_status_and_recovery() -> None:
+    refused = invalid_spec_status({}, "method lora needs a rank", 1, NOW)
+    assert refused["phase"] == "Failed"
+    assert refused["conditions"][0]["reason"] == "InvalidSpec"
+    assert spec_invalid(refused, 1)
+    assert not spec_invalid(refused, 2)  # an edited spec is looked at again
+    assert observe_resource(body_with(refused), [], [], NOW) is None
+
+    fixed = applied_status(
+        refused,
+        plan_status={"chips": 8},
+        accelerator="tpu-v5p 2x2x2",
+        children=children_of([{"kind": "Job", "metadata": {"name": "g-train"}}]),
+        price=Price(8, 4.2, "catalog"),
+        generation=2,
+        now=NOW,
+    )
+    assert fixed["phase"] == "Pending"
+    assert fixed["conditions"][0]["status"] == "True"
+    assert fixed["cost"]["dollarsPerChipHour"] == 4.2
+
+
+def test_applied_status_keeps_a_running_phase() -> None:
+    running = {**PRICED, "phase": "Running", "startTime": "2026-05-04T10:00:00Z"}
+    again = applied_status(
+        running,
+        plan_status={"chips": 8},
+        accelerator="tpu-v5p 2x2x2",
+        children=children_of([{"kind": "Job", "metadata": {"name": "gemma-lora-train"}}]),
+        price=Price(8, 4.2, "catalog"),
+        generation=1,
+        now=NOW,
+    )
+    assert "phase" not in again
+
+
+# --- handler wiring with small fakes (no apiserver, no kopf loop) ---------------------------------
+
+
+class FakeKube:
+    def __init__(self, error: Exception | None = None) -> None:
+        self.applied: list[dict[str, Any]] = []
+        self.error = error
+
+    def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
+        if self.error is not None:
+            raise self.error
+        self.applied.append(obj)
+        return obj
+
+
+MANIFEST: dict[str, Any] = {
+    "apiVersion": "accelbench.io/v1alpha1",
+    "kind": "FinetuneJob",
+    "metadata": {
+        "name": "gemma-lora",
+        "namespace": "team-a",
+        "uid": "u-1",
+        "generation": 1,
+        "annotations": {"accelbench.io/last-handled-configuration": "{}", "team": "a"},
+    },
+    "spec": {
+        "model": {"uri": "pvc://models/gemma", "family": "gemma3", "size": "1b"},
+        "dataset": {"uri": "pvc://data/chat.jsonl"},
+        "accelerator": {"type": "tpu-v5p", "topology": "2x2x2"},
+    },
+}
+
+
+def _plan() -> Any:
+    from accelbench.plan.types import MemoryEstimate, Plan
+
+    memory = MemoryEstimate(weights=2e9, gradients=0, optimizer=0, adapters=1e8, activations=5e8)
+    return Plan(
+        accelerator="tpu-v5p",
+        framework="jax",
+        chips=8,
+        hosts=2,
+        chips_per_host=4,
+        topology="2x2x2",
+        fsdp=8,
+        tp=1,
+        memory=memory,
+        hbm_per_chip_gb=95.0,
+        dollars_per_chip_hour=4.2,
+        price_source="catalog: tpu-v5p on-demand",
+    )
+
+
+RENDERED = [
+    {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "gemma-lora-train"}},
+    {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "gemma-lora-train"}},
+]
+
+
+@pytest.fixture
+def wiring(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    import kopf
+
+    from accelbench.controller import handlers
+    from accelbench.controller.metrics import Metrics
+
+    events: list[tuple[str, str, str]] = []
+    monkeypatch.setattr(
+        kopf, "event", lambda _body, *, type, reason, message="": events.append((type, reason, message))
+    )
+    monkeypatch.setattr(
+        handlers, "build_children", lambda resource, catalog: (_plan(), copy.deepcopy(RENDERED))
+    )
+    state = handlers.ControllerState(
+        kube=FakeKube(), metrics=Metrics(), price_namespace="x", price_config_map="y"
+    )
+    state._catalog, state._loaded_at = object(), float("inf")  # no catalog I/O in unit tests
+    return {"handlers": handlers, "state": state, "events": events, "memo": kopf.Memo(state=state)}
+
+
+def _ensure(wiring: dict[str, Any], body: dict[str, Any]) -> Any:
+    import logging
+
+    import kopf
+
+    patch = kopf.Patch()
+    wiring["handlers"].ensure_children(
+        body=body,
+        meta=body["metadata"],
+        status=body.get("status") or {},
+        patch=patch,
+        memo=wiring["memo"],
+        logger=logging.getLogger("test"),
+    )
+    return patch
+
+
+def test_ensure_applies_owned_children_and_writes_plan_status(wiring: dict[str, Any]) -> None:
+    patch = _ensure(wiring, copy.deepcopy(MANIFEST))
+    applied = wiring["state"].kube.applied
+    assert [o["metadata"]["name"] for o in applied] == ["gemma-lora-train", "gemma-lora-train"]
+    assert applied[0]["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+    status = patch["status"]
+    assert status["phase"] == "Pending"
+    assert status["children"] == {"job": "gemma-lora-train", "service": "gemma-lora-train"}
+    assert status["plan"]["chips"] == 8 and status["plan"]["memoryPerChipGb"] == 2.6
+    assert status["accelerator"] == "tpu-v5p 2x2x2"
+    assert status["cost"]["dollarsPerChipHour"] == 4.2
+    assert status["conditions"][0]["reason"] == "ChildrenCreated"
+    assert wiring["events"][0][1] == "ChildrenCreated"
+
+
+def test_invalid_spec_sets_a_condition_and_applies_nothing(wiring: dict[str, Any]) -> None:
+    body = copy.deepcopy(MANIFEST)
+    body["spec"]["accelerator"] = {"type": "tpu-v5p", "count": 4}
+    patch = _ensure(wiring, body)
+    assert wiring["state"].kube.applied == []
+    assert patch["status"]["phase"] == "Failed"
+    assert patch["status"]["conditions"][0]["reason"] == "InvalidSpec"
+    assert "topology" in patch["status"]["message"]
+    assert wiring["events"][0][:2] == ("Warning", "InvalidSpec")
+
+
+def test_plan_error_is_an_invalid_spec(wiring: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    from accelbench.plan.types import PlanError
+
+    def refuse(resource: Any, catalog: Any) -> Any:
+        raise PlanError("needs >= 4 x H100 80 GB")
+
+    monkeypatch.setattr(wiring["handlers"], "build_children", refuse)
+    patch = _ensure(wiring, copy.deepcopy(MANIFEST))
+    assert patch["status"]["message"] == "needs >= 4 x H100 80 GB"
+
+
+def test_apiserver_rejection_is_an_invalid_spec_and_outage_is_retried(wiring: dict[str, Any]) -> None:
+    import kopf
+    from kubernetes.client.exceptions import ApiException
+
+    rejected = ApiException(status=422, reason="Unprocessable Entity")
+    rejected.body = json.dumps({"message": "Job.batch is invalid: spec.template: field is immutable"})
+    wiring["state"].kube = FakeKube(rejected)
+    patch = _ensure(wiring, copy.deepcopy(MANIFEST))
+    assert "field is immutable" in patch["status"]["message"]
+    assert patch["status"]["conditions"][0]["reason"] == "InvalidSpec"
+
+    wiring["state"].kube = FakeKube(ApiException(status=503, reason="Service Unavailable"))
+    with pytest.raises(kopf.TemporaryError):
+        _ensure(wiring, copy.deepcopy(MANIFEST))
+
+
+def test_a_bug_in_rendering_is_contained(wiring: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(resource: Any, catalog: Any) -> Any:
+        raise RuntimeError("renderer bug")
+
+    monkeypatch.setattr(wiring["handlers"], "build_children", broken)
+    patch = _ensure(wiring, copy.deepcopy(MANIFEST))
+    assert patch["status"]["conditions"][0]["reason"] == "ReconcileError"
+
+
+def test_a_finished_run_is_never_re_applied(wiring: dict[str, Any]) -> None:
+    body = copy.deepcopy(MANIFEST)
+    body["status"] = {**PRICED, "phase": "Succeeded"}
+    patch = _ensure(wiring, body)
+    assert wiring["state"].kube.applied == [] and not patch
+
+
+def test_manifest_of_strips_kopf_bookkeeping(wiring: dict[str, Any]) -> None:
+    manifest = wiring["handlers"].manifest_of(MANIFEST)
+    assert manifest["metadata"]["annotations"] == {"team": "a"}
+    assert "status" not in manifest
+
+
+def test_observe_children_patches_status_and_exports_metrics(wiring: dict[str, Any]) -> None:
+    import logging
+
+    import kopf
+
+    case = recorded("finetune_complete")
+    body = body_with(dict(PRICED))
+    key = ("team-a", "gemma-lora")
+    patch = kopf.Patch()
+    wiring["handlers"].observe_children(
+        body=body,
+        namespace="team-a",
+        name="gemma-lora",
+        patch=patch,
+        memo=wiring["memo"],
+        logger=logging.getLogger("test"),
+        accelbench_jobs={key: [case["job"]]},
+        accelbench_pods={key: case["pods"]},
+    )
+    assert patch["status"]["phase"] == "Succeeded"
+    registry = wiring["state"].metrics.registry
+    labels = {
+        "namespace": "team-a",
+        "name": "gemma-lora",
+        "kind": "FinetuneJob",
+        "accelerator": "tpu-v5p 2x2x2",
+    }
+    assert registry.get_sample_value("accelbench_tokens_per_second", labels) == 5120.5
+    assert registry.get_sample_value("accelbench_mfu", labels) == 0.412
+    assert (
+        registry.get_sample_value("accelbench_resources", {"kind": "FinetuneJob", "phase": "Succeeded"}) == 1
+    )
+
+    wiring["handlers"].forget_resource(body=body, namespace="team-a", name="gemma-lora", memo=wiring["memo"])
+    assert registry.get_sample_value("accelbench_tokens_per_second", labels) is None
+    assert (
+        registry.get_sample_value("accelbench_resources", {"kind": "FinetuneJob", "phase": "Succeeded"}) == 0
+    )
+
+
+def test_rejected_edit_of_a_running_run_keeps_it_observed(wiring: dict[str, Any]) -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    rejected = ApiException(status=422, reason="Unprocessable Entity")
+    rejected.body = json.dumps({"message": "spec.template: field is immutable"})
+    wiring["state"].kube = FakeKube(rejected)
+    body = copy.deepcopy(MANIFEST)
+    body["status"] = {**PRICED, "phase": "Running"}
+    patch = _ensure(wiring, body)
+    assert "phase" not in patch["status"]
+    ready = next(c for c in patch["status"]["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "ApplyRejected")
+    assert not spec_invalid({**body["status"], **patch["status"]}, 1)
+
+
+def test_kueue_owns_suspend_once_the_job_exists() -> None:
+    from accelbench.controller.children import leave_suspend_to_kueue
+
+    job = {
+        "kind": "Job",
+        "metadata": {"name": "g-train", "labels": {"kueue.x-k8s.io/queue-name": "tpu"}},
+        "spec": {"suspend": True, "parallelism": 2},
+    }
+    assert leave_suspend_to_kueue(job, [])["spec"]["suspend"] is True  # created suspended
+    assert leave_suspend_to_kueue(job, ["g-train"])["spec"] == {"parallelism": 2}
+    plain = {**job, "metadata": {"name": "g-train"}}
+    assert leave_suspend_to_kueue(plain, ["g-train"])["spec"]["suspend"] is True  # the user's own suspend
