@@ -27,6 +27,7 @@ unit: venv
 
 crds: venv
 	$(VENV)/bin/accelbench crds --out crds
+	cp crds/*.yaml charts/accelbench/crds/
 
 crds-check: venv
 	@tmp=$$(mktemp -d) && $(VENV)/bin/accelbench crds --out $$tmp >/dev/null && \

@@ -18,7 +18,7 @@ import render_fixtures as fx
 import yaml
 
 from accelbench.api import Engine, FinetuneJob, InferenceBench, parse_resource
-from accelbench.api.common import EnvVar
+from accelbench.api.common import EnvVar, Scheduling
 from accelbench.render import (
     JOB_ENV,
     RenderError,
@@ -579,3 +579,20 @@ def test_jetstream_is_tpu_only_with_tcp_probes() -> None:
     gpu.spec.server.engine = Engine.JETSTREAM
     with pytest.raises(RenderError, match="TPU only"):
         render_inference(gpu, gpu_plan, fx.CATALOG)
+
+
+def test_user_scheduling_merges_over_the_catalog() -> None:
+    job, plan = fx.ft_tpu_v5p_multihost()
+    job.spec.scheduling = Scheduling.model_validate(
+        {
+            "nodeSelector": {"team": "ml", "cloud.google.com/gke-tpu-topology": "2x2x2"},
+            "tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}],
+            "priorityClassName": "batch-low",
+        }
+    )
+    pod = render_finetune(job, plan, fx.CATALOG)[-1]["spec"]["template"]["spec"]
+    assert pod["nodeSelector"]["team"] == "ml"
+    assert pod["nodeSelector"]["cloud.google.com/gke-tpu-accelerator"] == "tpu-v5p-slice"
+    assert {"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    assert any(t["key"] == "google.com/tpu" for t in pod["tolerations"])
+    assert pod["priorityClassName"] == "batch-low"

@@ -142,6 +142,22 @@ class Resources(ApiModel):
     limits: dict[str, str] | None = None
 
 
+class Toleration(ApiModel):
+    key: str | None = None
+    operator: str = Field(default="Equal", pattern="^(Equal|Exists)$")
+    value: str | None = None
+    effect: str | None = Field(default=None, pattern="^(NoSchedule|PreferNoSchedule|NoExecute)$")
+    toleration_seconds: int | None = None
+
+
+class Scheduling(ApiModel):
+    """Extra placement on top of the accelerator's own (for a cluster's custom labels and taints)."""
+
+    node_selector: dict[str, str] = Field(default_factory=dict, description="Merged over the catalog's.")
+    tolerations: list[Toleration] = Field(default_factory=list, description="Added to the catalog's.")
+    priority_class_name: str | None = None
+
+
 class RunControl(ApiModel):
     """Batch knobs shared by both kinds; they map onto the child Job."""
 
@@ -150,3 +166,4 @@ class RunControl(ApiModel):
     active_deadline_seconds: int | None = Field(default=None, ge=1)
     ttl_seconds_after_finished: int | None = Field(default=None, ge=0)
     max_retries: int = Field(default=2, ge=0, le=100, description="Job backoffLimit for real failures.")
+    scheduling: Scheduling | None = None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..api.common import Accelerator, Capacity, Resources
+from ..api.common import Accelerator, Capacity, Resources, Scheduling
 from ..catalog.types import AcceleratorSpec
 from ..plan.types import Plan
 from .errors import RenderError
@@ -144,3 +144,16 @@ def shm_volume() -> tuple[dict[str, Any], dict[str, Any]]:
     """A memory-backed /dev/shm. No sizeLimit: it counts against the pod's memory, and a fixed cap
     small enough to be safe would starve NCCL on 8-GPU hosts."""
     return {"name": "dshm", "emptyDir": {"medium": "Memory"}}, {"name": "dshm", "mountPath": "/dev/shm"}
+
+
+def apply_scheduling(pod: dict[str, Any], scheduling: Scheduling | None) -> dict[str, Any]:
+    """The user's extra placement over the catalog's: their selector keys win, tolerations add up."""
+    if scheduling is None:
+        return pod
+    if scheduling.node_selector:
+        pod["nodeSelector"] = {**pod.get("nodeSelector", {}), **scheduling.node_selector}
+    if scheduling.tolerations:
+        pod["tolerations"] = [*pod.get("tolerations", []), *(t.to_wire() for t in scheduling.tolerations)]
+    if scheduling.priority_class_name:
+        pod["priorityClassName"] = scheduling.priority_class_name
+    return pod

@@ -154,6 +154,7 @@ def build_worker_pod_template(job: FinetuneJob, plan: Plan, spec: AcceleratorSpe
         pod["tolerations"] = tolerations
     if volumes:
         pod["volumes"] = volumes
+    accel.apply_scheduling(pod, job.spec.scheduling)
     return {"metadata": {"labels": labels(job.kind, name, Role.TRAIN, plan.accelerator)}, "spec": pod}
 
 

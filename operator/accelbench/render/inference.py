@@ -275,6 +275,7 @@ def build_server_pod_template(bench: InferenceBench, spec: AcceleratorSpec, plan
         pod["tolerations"] = tolerations
     if volumes:
         pod["volumes"] = volumes
+    accel.apply_scheduling(pod, bench.spec.scheduling)
     return {"metadata": {"labels": labels(bench.kind, name, Role.SERVER, plan.accelerator)}, "spec": pod}
 
 
@@ -373,6 +374,9 @@ def build_client_job(
         "nodeSelector": {"kubernetes.io/os": "linux"},
         "containers": [container],
     }
+    # The user's placement applies here too, so a cluster that confines work to labeled nodes
+    # (or the local executor's node) also takes the client.
+    accel.apply_scheduling(pod, bench.spec.scheduling)
     shape = JobShape(
         hosts=1,
         backoff_limit=bench.spec.max_retries,
