@@ -106,6 +106,139 @@ def cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_plan(resource) -> tuple[dict, str | None]:
+    """The planner's plan in wire form, or {} and why: a local run goes ahead without one."""
+    from .catalog import load_catalog
+    from .plan import plan_for
+    from .plan.types import PlanError
+    from .render.payload import plan_to_wire
+
+    try:
+        return plan_to_wire(plan_for(resource, load_catalog())), None
+    except (PlanError, ValueError) as exc:
+        return {}, f"no plan ({exc}); running with the spec alone"
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Run the fine-tuning worker here for each FinetuneJob of the manifest; no cluster needed."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .api import FinetuneJob
+    from .workers.finetune.__main__ import RunOptions, run_job
+    from .workers.jobenv import JobInput
+
+    console = Console(stderr=True)
+    try:
+        loaded = load_resources(args.file)
+    except ManifestError as exc:
+        console.print(f"error: invalid config: {exc}")
+        return 3  # the worker's code for invalid configuration
+    jobs = [item for item in loaded if isinstance(item.resource, FinetuneJob)]
+    if not jobs:
+        console.print(f"error: {args.file} holds no FinetuneJob")
+        return 3
+    base = Path(args.file).resolve().parent if args.file != "-" else Path.cwd()
+    worst = 0
+    for item in jobs:
+        job = item.resource
+        plan, note = _run_plan(job)
+        if note:
+            console.print(f"note: {note}")
+        with Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("loss {task.fields[loss]}  {task.fields[tps]} tok/s"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        ) as progress:
+            task = progress.add_task(job.metadata.name, total=None, loss="-", tps="-")
+            sink = _ProgressSink(progress, task)
+            options = RunOptions(
+                base_dir=base,
+                max_steps=args.steps,
+                extra_sink=sink,
+                serve_metrics=args.metrics_port is not None,
+                log=lambda message: progress.console.print(message),
+            )
+            if args.metrics_port is not None:
+                options.env = {**options.env, "ACCELBENCH_METRICS_PORT": str(args.metrics_port)}
+            report, code = run_job(JobInput(job, plan), options)
+        _print_report(Console(), job.metadata.name, report)
+        if args.json:
+            sys.stdout.write(report.model_dump_json(by_alias=True, exclude_none=True) + "\n")
+        worst = max(worst, code)
+    return worst
+
+
+class _ProgressSink:
+    """workers.finetune.MetricsSink that drives a rich progress bar."""
+
+    def __init__(self, progress, task) -> None:
+        self.progress, self.task = progress, task
+
+    def on_step(self, step, total_steps, loss, tokens_per_second, mfu) -> None:
+        tps = f"{tokens_per_second:,.0f}" if tokens_per_second is not None else "-"
+        self.progress.update(self.task, completed=step, total=total_steps, loss=f"{loss:.4f}", tps=tps)
+
+    def on_eval(self, step, eval_loss) -> None:
+        self.progress.console.print(f"step {step}: eval loss {eval_loss:.4f}")
+
+
+def _print_report(console, name: str, report) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"accelbench run {name}: {'ok' if report.ok else 'FAILED'}", show_header=False)
+    table.add_column("field", style="bold")
+    table.add_column("value", overflow="fold")
+    rows: list[tuple[str, str]] = [("framework", str(report.framework)), ("device", str(report.device))]
+    rows.append(("chips", str(report.chips)))
+    if report.error is not None:
+        rows.append(("error", f"{report.error.type}: {report.error.message}"))
+    ft = report.finetune
+    if ft is not None:
+        rows += [
+            ("steps", str(ft.steps)),
+            ("trained tokens", f"{ft.trained_tokens:,}"),
+            ("tokens/s", f"{ft.tokens_per_second:,.1f}"),
+            ("tokens/s/chip", f"{ft.tokens_per_second_per_chip:,.1f}"),
+            ("MFU", f"{ft.mfu:.2%}" if ft.mfu is not None else "-"),
+            ("FLOPs/token", f"{ft.flops_per_token:.4g}  ({ft.mfu_formula})" if ft.flops_per_token else "-"),
+            ("loss first → final", f"{ft.first_loss:.4f} → {ft.final_loss:.4f}" if ft.first_loss else "-"),
+            ("eval loss / perplexity", f"{ft.eval_loss:.4f} / {ft.perplexity:.2f}" if ft.eval_loss else "-"),
+        ]
+    if report.timings is not None:
+        t = report.timings
+        rows.append(
+            (
+                "seconds total / setup / train",
+                f"{t.total_seconds:.1f} / {t.setup_seconds or 0:.1f} / {t.train_seconds or 0:.1f}",
+            )
+        )
+    if report.memory is not None and report.memory.peak_bytes_per_chip:
+        rows.append(("peak memory/chip", f"{report.memory.peak_bytes_per_chip / 1e9:.2f} GB"))
+    for key, value in rows:
+        table.add_row(key, value)
+    console.print(table)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    import json
+
+    from .report import render_report
+
+    try:
+        results = json.loads(Path(args.input).read_text())
+    except (OSError, ValueError) as exc:
+        print(f"error: cannot read {args.input}: {exc}", file=sys.stderr)
+        return 2
+    for kind, path in render_report(results, args.out).items():
+        print(f"wrote {kind}: {path}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="accelbench", description=__doc__)
     parser.add_argument("--version", action="version", version=f"accelbench {__version__}")
@@ -125,6 +258,20 @@ def build_parser() -> argparse.ArgumentParser:
     render.add_argument("-f", "--file", required=True, help="manifest file (- = stdin)")
     render.add_argument("-n", "--namespace", default="default", help="namespace for resources that set none")
     render.set_defaults(func=cmd_render)
+
+    run = sub.add_parser(
+        "run", help="run the fine-tuning worker here for a FinetuneJob manifest (no cluster)"
+    )
+    run.add_argument("-f", "--file", required=True, help="FinetuneJob manifest (- = stdin)")
+    run.add_argument("--steps", type=int, default=None, help="optimizer steps (overrides epochs/maxSteps)")
+    run.add_argument("--metrics-port", type=int, default=None, help="also serve Prometheus metrics (0 = any)")
+    run.add_argument("--json", action="store_true", help="print the full WorkerReport JSON after the table")
+    run.set_defaults(func=cmd_run)
+
+    report = sub.add_parser("report", help="render bench results JSON to HTML tables and PNG plots")
+    report.add_argument("--in", dest="input", required=True, help="bench results JSON (--out or ConfigMap)")
+    report.add_argument("--out", required=True, help="directory for index.html and the PNGs")
+    report.set_defaults(func=cmd_report)
     return parser
 
 

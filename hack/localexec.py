@@ -1,0 +1,346 @@
+"""Local executor: a kubelet stand-in that runs pods bound to the local-exec node as processes.
+
+The local control plane has no container runtime. Pods scheduled to the node labeled
+`accelbench.io/local-exec=true` get their container's command run as a local process in the
+project's environment (the image is ignored), and their status written back the way a kubelet
+would: Running, then Succeeded or Failed with the exit code and the termination message. That makes
+the demo and the end-to-end tests run the real workers through the real Job controller.
+
+What differs from a kubelet, on purpose:
+- one container per pod (init containers and sidecars are not run);
+- env `value` and `fieldRef` are resolved; secret/configMap refs and volumes are not;
+- there is no cluster DNS: hosts under `.svc` (Services, headless pod names) resolve to 127.0.0.1,
+  and ACCELBENCH_METRICS_PORT is set to 0 so parallel workers do not fight over one port;
+- the termination-message path maps to a file in the work directory.
+
+Usage: `python hack/localexec.py --kubeconfig .cluster/kubeconfig [--node local-exec-0]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config, watch
+from kubernetes.client.rest import ApiException
+
+LOG = logging.getLogger("localexec")
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_NODE = "local-exec-0"
+TERMINATION_LIMIT = 4096  # what the kubelet keeps of a termination message
+FALLBACK_LOG_LINES = 80
+SVC_HOST = re.compile(r"\b[a-z0-9]([-a-z0-9.]*[a-z0-9])?\.svc(\.cluster\.local)?\b")
+FIELD_ANNOTATION = re.compile(r"metadata\.(annotations|labels)\['([^']+)'\]")
+
+
+def now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def resolve_field(pod: dict[str, Any], path: str) -> str:
+    """The value a kubelet would give a `fieldRef` env var."""
+    meta = pod["metadata"]
+    match = FIELD_ANNOTATION.fullmatch(path)
+    if match:
+        return (meta.get(match.group(1)) or {}).get(match.group(2), "")
+    simple = {
+        "metadata.name": meta.get("name", ""),
+        "metadata.namespace": meta.get("namespace", ""),
+        "metadata.uid": meta.get("uid", ""),
+        "spec.nodeName": pod["spec"].get("nodeName", ""),
+        "spec.serviceAccountName": pod["spec"].get("serviceAccountName", ""),
+        "status.podIP": "127.0.0.1",
+        "status.hostIP": "127.0.0.1",
+    }
+    return simple.get(path, "")
+
+
+def localize(value: str) -> str:
+    """Cluster DNS names point at this machine: every pod and Service runs here."""
+    return SVC_HOST.sub("127.0.0.1", value)
+
+
+def container_env(pod: dict[str, Any], container: dict[str, Any], termination_file: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    for item in container.get("env") or []:
+        if "value" in item:
+            env[item["name"]] = localize(str(item["value"]))
+        elif "fieldRef" in (item.get("valueFrom") or {}):
+            env[item["name"]] = resolve_field(pod, item["valueFrom"]["fieldRef"]["fieldPath"])
+        else:
+            LOG.warning("pod %s: env %s uses an unsupported source; left unset", name_of(pod), item["name"])
+    for key in ("MASTER_ADDR", "JAX_COORDINATOR_ADDRESS"):
+        if key in env:
+            host, sep, port = env[key].rpartition(":") if key == "JAX_COORDINATOR_ADDRESS" else (env[key], "", "")
+            if not re.fullmatch(r"[0-9.]+", host):
+                env[key] = f"127.0.0.1{sep}{port}"
+    env["ACCELBENCH_TERMINATION_LOG"] = str(termination_file)
+    env["ACCELBENCH_METRICS_PORT"] = "0"
+    env["POD_NAME"] = pod["metadata"]["name"]
+    env.setdefault("POD_NAMESPACE", pod["metadata"]["namespace"])
+    return env
+
+
+def name_of(pod: dict[str, Any]) -> str:
+    return f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+
+
+def termination_message(container: dict[str, Any], termination_file: Path, log_file: Path, failed: bool) -> str:
+    """The file's content, or the log's tail for FallbackToLogsOnError when the file is empty."""
+    text = ""
+    if termination_file.exists():
+        text = termination_file.read_bytes()[:TERMINATION_LIMIT].decode(errors="replace")
+    policy = container.get("terminationMessagePolicy", "File")
+    if not text.strip() and failed and policy == "FallbackToLogsOnError" and log_file.exists():
+        lines = log_file.read_text(errors="replace").splitlines()[-FALLBACK_LOG_LINES:]
+        text = "\n".join(lines)[-2048:]
+    return text
+
+
+def running_status(pod: dict[str, Any], container: dict[str, Any], started: str, pid: int) -> dict[str, Any]:
+    return {
+        "phase": "Running",
+        "hostIP": "127.0.0.1",
+        "podIP": "127.0.0.1",
+        "podIPs": [{"ip": "127.0.0.1"}],
+        "startTime": started,
+        "conditions": conditions(ready=True, at=started),
+        "containerStatuses": [
+            {
+                "name": container["name"],
+                "image": container.get("image", ""),
+                "imageID": "",
+                "containerID": f"local://{pid}",
+                "ready": True,
+                "started": True,
+                "restartCount": 0,
+                "state": {"running": {"startedAt": started}},
+            }
+        ],
+    }
+
+
+def terminated_status(
+    container: dict[str, Any], started: str, code: int, message: str
+) -> dict[str, Any]:
+    finished = now()
+    reason = "Completed" if code == 0 else ("OOMKilled" if code == 137 else "Error")
+    terminated: dict[str, Any] = {
+        "exitCode": code,
+        "reason": reason,
+        "startedAt": started,
+        "finishedAt": finished,
+    }
+    if message:
+        terminated["message"] = message
+    return {
+        "phase": "Succeeded" if code == 0 else "Failed",
+        "conditions": conditions(ready=False, at=finished),
+        "containerStatuses": [
+            {
+                "name": container["name"],
+                "image": container.get("image", ""),
+                "imageID": "",
+                "ready": False,
+                "started": False,
+                "restartCount": 0,
+                "state": {"terminated": terminated},
+            }
+        ],
+    }
+
+
+def conditions(ready: bool, at: str) -> list[dict[str, str]]:
+    value = "True" if ready else "False"
+    return [
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": at},
+        {"type": "Initialized", "status": "True", "lastTransitionTime": at},
+        {"type": "ContainersReady", "status": value, "lastTransitionTime": at},
+        {"type": "Ready", "status": value, "lastTransitionTime": at},
+    ]
+
+
+@dataclass
+class Running:
+    process: subprocess.Popen[bytes]
+    container: dict[str, Any]
+    started: str
+    termination_file: Path
+    log_file: Path
+    deleting: bool = False
+
+
+@dataclass
+class Executor:
+    core: client.CoreV1Api
+    node: str
+    workdir: Path
+    running: dict[str, Running] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    stopping: threading.Event = field(default_factory=threading.Event)
+
+    def handle(self, pod: dict[str, Any]) -> None:
+        key = name_of(pod)
+        if pod["metadata"].get("deletionTimestamp"):
+            self.delete(pod)
+            return
+        phase = (pod.get("status") or {}).get("phase", "Pending")
+        with self.lock:
+            known = key in self.running
+        if phase == "Pending" and not known:
+            self.start(pod)
+
+    def start(self, pod: dict[str, Any]) -> None:
+        key = name_of(pod)
+        container = pod["spec"]["containers"][0]
+        argv = [*(container.get("command") or []), *(container.get("args") or [])]
+        if not argv:
+            self.fail_to_start(pod, container, "the local executor needs an explicit container command")
+            return
+        podir = self.workdir / pod["metadata"]["namespace"] / pod["metadata"]["name"]
+        podir.mkdir(parents=True, exist_ok=True)
+        termination_file = podir / "termination-log"
+        termination_file.write_text("")
+        log_file = podir / "container.log"
+        env = container_env(pod, container, termination_file)
+        argv = [localize(a) for a in argv]
+        if argv[0] == "python":
+            argv[0] = sys.executable  # the project's environment, whatever `python` is on PATH
+        with log_file.open("wb") as log:
+            try:
+                process = subprocess.Popen(
+                    argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                )
+            except OSError as exc:
+                self.fail_to_start(pod, container, f"cannot start {argv[0]}: {exc}")
+                return
+        started = now()
+        run = Running(process, container, started, termination_file, log_file)
+        with self.lock:
+            self.running[key] = run
+        LOG.info("started %s (pid %d): %s", key, process.pid, " ".join(argv[:4]))
+        self.patch_status(pod, running_status(pod, container, started, process.pid))
+        threading.Thread(target=self.wait, args=(pod, run), daemon=True).start()
+
+    def wait(self, pod: dict[str, Any], run: Running) -> None:
+        code = run.process.wait()
+        key = name_of(pod)
+        with self.lock:
+            self.running.pop(key, None)
+        if run.deleting or self.stopping.is_set():
+            return
+        if code < 0:  # killed by a signal: report it the way a container runtime does
+            code = 128 - code
+        message = termination_message(run.container, run.termination_file, run.log_file, failed=code != 0)
+        LOG.info("%s exited %d", key, code)
+        self.patch_status(pod, terminated_status(run.container, run.started, code, message))
+
+    def fail_to_start(self, pod: dict[str, Any], container: dict[str, Any], message: str) -> None:
+        LOG.warning("%s: %s", name_of(pod), message)
+        self.patch_status(pod, terminated_status(container, now(), 128, message))
+
+    def delete(self, pod: dict[str, Any]) -> None:
+        key = name_of(pod)
+        with self.lock:
+            run = self.running.get(key)
+        if run is not None:
+            run.deleting = True
+            stop_process(run.process)
+        # The kubelet confirms a graceful delete by deleting with grace 0 once the containers stopped.
+        with contextlib.suppress(ApiException):
+            self.core.delete_namespaced_pod(
+                pod["metadata"]["name"],
+                pod["metadata"]["namespace"],
+                grace_period_seconds=0,
+                body=client.V1DeleteOptions(grace_period_seconds=0),
+            )
+
+    def patch_status(self, pod: dict[str, Any], status: dict[str, Any]) -> None:
+        try:
+            self.core.patch_namespaced_pod_status(
+                pod["metadata"]["name"], pod["metadata"]["namespace"], {"status": status}
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                LOG.warning("status of %s not written: %s", name_of(pod), exc.reason)
+
+    def stop_all(self) -> None:
+        self.stopping.set()
+        with self.lock:
+            runs = list(self.running.values())
+        for run in runs:
+            stop_process(run.process)
+
+
+def stop_process(process: subprocess.Popen[bytes], grace: float = 10.0) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(grace)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def run(kubeconfig: str, node: str, workdir: Path) -> None:
+    config.load_kube_config(kubeconfig)
+    api = client.ApiClient()
+    core = client.CoreV1Api(api)
+    executor = Executor(core, node, workdir)
+    signal.signal(signal.SIGTERM, lambda *_: (executor.stop_all(), sys.exit(0)))
+    selector = f"spec.nodeName={node}"
+    LOG.info("local executor watching pods on %s", node)
+    try:
+        while True:
+            resource_version = ""
+            try:
+                listing = core.list_pod_for_all_namespaces(field_selector=selector)
+                resource_version = listing.metadata.resource_version
+                for pod in listing.items:
+                    executor.handle(api.sanitize_for_serialization(pod))
+                stream = watch.Watch().stream(
+                    core.list_pod_for_all_namespaces,
+                    field_selector=selector,
+                    resource_version=resource_version,
+                    timeout_seconds=60,
+                )
+                for event in stream:
+                    if event["type"] in ("ADDED", "MODIFIED"):
+                        executor.handle(api.sanitize_for_serialization(event["object"]))
+            except ApiException as exc:
+                LOG.warning("watch broke (%s); listing again", exc.reason)
+                time.sleep(1)
+            except Exception as exc:  # a dropped connection must not end the executor
+                LOG.warning("watch error %r; listing again", exc)
+                time.sleep(1)
+    finally:
+        executor.stop_all()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kubeconfig", required=True)
+    parser.add_argument("--node", default=DEFAULT_NODE)
+    parser.add_argument("--workdir", default=str(REPO / ".cluster" / "localexec"))
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s localexec %(levelname)s %(message)s")
+    run(args.kubeconfig, args.node, Path(args.workdir))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

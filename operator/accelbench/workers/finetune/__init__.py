@@ -1,0 +1,145 @@
+"""The fine-tuning worker: one interface, two frameworks.
+
+`python -m accelbench.workers.finetune` parses the job, prepares the data once (numpy, shared), builds
+a `TrainContext` and hands it to the framework's `train(ctx) -> FinetuneOutcome`:
+
+    PyTorch: accelbench.workers.finetune.torch_worker.train
+    JAX:     accelbench.workers.finetune.jax_worker.train
+
+The entrypoint then turns the outcome into a WorkerReport (throughput, MFU, loss, eval, memory), so
+both frameworks are measured by the same code. A framework's `train` must:
+
+- iterate `ctx.data.train_steps(dp_rank, dp_size)`: one `StepBatch` per optimizer step, holding this
+  data-parallel rank's micro-batches and the step's global loss-token count; compute the loss exactly
+  as `accelbench.workers.data` documents (sum(ce·mask) / global sum(mask), attention rule included);
+- call `ctx.metrics.on_step(...)` after each step (serves Prometheus, drives the CLI progress bar);
+- record one `StepRecord` per optimizer step with wall time measured after a device synchronize;
+- fill `FinetuneOutcome` and raise `InvalidConfigError` for inputs that cannot work (exit code 3);
+  anything else propagates and becomes exit code 1.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from ...api import FinetuneJob
+from .. import InvalidConfigError
+from ..data import PreparedData
+from ..jobenv import DistEnv
+
+
+class MetricsSink(Protocol):
+    """Where a framework reports progress. Rank 0's values are the ones that matter."""
+
+    def on_step(
+        self, step: int, total_steps: int, loss: float, tokens_per_second: float | None, mfu: float | None
+    ) -> None: ...
+
+    def on_eval(self, step: int, eval_loss: float) -> None: ...
+
+
+class NullSink:
+    """A MetricsSink that drops everything (tests, non-zero ranks)."""
+
+    def on_step(
+        self, step: int, total_steps: int, loss: float, tokens_per_second: float | None, mfu: float | None
+    ) -> None:
+        return None
+
+    def on_eval(self, step: int, eval_loss: float) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class TrainContext:
+    """Everything a framework's `train` needs; built once by the entrypoint.
+
+    `plan` is the planner's Plan in wire form (camelCase keys: chips, hosts, chipsPerHost, fsdp, tp,
+    framework, microBatchSize, ...), exactly as the ACCELBENCH_JOB payload carries it.
+    """
+
+    job: FinetuneJob
+    plan: dict[str, Any]
+    model_dir: Path  # local Hugging Face-format directory (config.json, *.safetensors, tokenizer)
+    data: PreparedData  # tokenized, masked, packed; yields byte-identical batches to both frameworks
+    dist: DistEnv  # rank/world/local rank (torch) or process id/count (JAX)
+    metrics: MetricsSink
+    flops_per_token: float  # per trained token, workers.flops (the report recomputes nothing)
+    peak_tflops_per_chip: float | None  # catalog figure for the accelerator; None = unknown (cpu)
+    chips: int  # chips the run uses in total (MFU divides by it)
+    output_dir: Path | None = None  # local path to write weights to; None = do not save
+    warmup_steps_excluded: int = 1  # steps left out of tokens/s (compilation, allocator warm-up)
+    compile: bool = False  # ACCELBENCH_COMPILE=1: torch.compile / (JAX always jits)
+    log: Callable[[str], None] = print
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One optimizer step as the framework saw it (global values, identical on every rank)."""
+
+    step: int  # 1-based
+    loss: float  # sum(ce·mask)/sum(mask) over the whole global batch
+    trained_tokens: int  # sum(loss_mask) over the whole global batch
+    seconds: float  # wall time of the step, device synchronized at both ends
+
+
+@dataclass
+class FinetuneOutcome:
+    """What `train` returns; the entrypoint builds the WorkerReport from it."""
+
+    framework: str  # "pytorch" | "jax"
+    device: str  # e.g. "NVIDIA H200", "TPU v5p", "cpu"
+    chips: int
+    steps: list[StepRecord]
+    warmup_steps_excluded: int  # leading steps left out of tokens/s
+    setup_seconds: float  # model load, sharding, optimizer creation
+    compile_seconds: float | None = None  # time of the excluded leading steps (or explicit compile)
+    eval_loss: float | None = None  # held-out sum(ce·mask)/sum(mask); None when there is no held-out set
+    eval_history: list[tuple[int, float]] = field(default_factory=list)  # (step, eval loss)
+    peak_memory_bytes: int | None = None  # per chip, the largest seen
+    memory_capacity_bytes: int | None = None  # per chip
+    versions: dict[str, str] = field(default_factory=dict)  # framework library versions
+    output_path: str | None = None  # where weights were written
+    notes: list[str] = field(default_factory=list)  # fallbacks taken (e.g. sdpa instead of flash)
+
+
+# The optimizer recipe both frameworks implement (torch.optim.AdamW / optax.adamw defaults agree):
+ADAM_BETAS = (0.9, 0.999)
+ADAM_EPS = 1e-8
+MAX_GRAD_NORM = 1.0  # clip the global gradient norm (optax.clip_by_global_norm) before the update
+# Weight decay applies to trainable parameters with two or more dimensions (projection matrices,
+# embeddings, LoRA A/B), never to norm scales or biases.
+
+
+def learning_rate_at(step: int, base: float, warmup: int, total: int, schedule: str) -> float:
+    """Learning rate of optimizer step `step` (0-based: the first update uses step 0).
+
+    Warm-up: base·(step+1)/warmup for step < warmup. Then, with p = (step-warmup)/max(1, total-warmup):
+    cosine base·½(1+cos πp), linear base·(1-p), constant base.
+    """
+    if step < warmup:
+        return base * (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    if schedule == "cosine":
+        return base * 0.5 * (1.0 + math.cos(math.pi * progress))
+    if schedule == "linear":
+        return base * (1.0 - progress)
+    return base
+
+
+__all__ = [
+    "ADAM_BETAS",
+    "ADAM_EPS",
+    "MAX_GRAD_NORM",
+    "FinetuneOutcome",
+    "InvalidConfigError",
+    "MetricsSink",
+    "NullSink",
+    "StepRecord",
+    "TrainContext",
+    "learning_rate_at",
+]

@@ -1,0 +1,449 @@
+"""The PyTorch path: transformers + peft on cuda, hpu (Gaudi) or cpu; DDP or FSDP2 under torchrun.
+
+Loss and masks come from workers.data (not from transformers' label shifting), so this path and the
+JAX path compute the same number on the same batch. Packed rows get an explicit block-diagonal causal
+mask (sliding-window variant for Gemma's local layers) when a micro-batch holds more than one segment
+per row; rows with a single segment need only plain causal attention (padding trails, see data.py),
+which keeps SDPA on its fast is_causal kernels. With flash_attention_2 no mask is passed: transformers
+reads segment starts from the restarting position ids and runs varlen flash attention.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import platform
+import resource
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ...api.finetune import CheckpointFormat, MethodType, Precision
+from ..data import Batch, attention_allowed
+from . import (
+    ADAM_BETAS,
+    ADAM_EPS,
+    MAX_GRAD_NORM,
+    FinetuneOutcome,
+    InvalidConfigError,
+    StepRecord,
+    TrainContext,
+    learning_rate_at,
+)
+
+# --------------------------------------------------------------------------------------------------
+# Device and process group
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    device: torch.device
+    name: str
+    capacity_bytes: int | None
+
+
+def habana_available() -> bool:
+    return importlib.util.find_spec("habana_frameworks") is not None
+
+
+def pick_device(local_rank: int) -> DeviceInfo:
+    if torch.cuda.is_available():
+        index = local_rank % torch.cuda.device_count()
+        torch.cuda.set_device(index)
+        props = torch.cuda.get_device_properties(index)
+        return DeviceInfo(torch.device("cuda", index), props.name, int(props.total_memory))
+    if habana_available():
+        import habana_frameworks.torch.core  # noqa: F401  (registers the hpu device)
+        import habana_frameworks.torch.hpu as hthpu
+
+        name = hthpu.get_device_name() if hasattr(hthpu, "get_device_name") else "Gaudi"
+        return DeviceInfo(torch.device("hpu"), str(name), None)
+    return DeviceInfo(torch.device("cpu"), f"cpu ({platform.machine() or 'unknown'})", None)
+
+
+def init_process_group(ctx: TrainContext, device: torch.device) -> bool:
+    """torch.distributed when torchrun started more than one process; env:// rendezvous."""
+    if not ctx.dist.distributed or not torch.distributed.is_available():
+        return False
+    if not torch.distributed.is_initialized():
+        backend = {"cuda": "nccl", "hpu": "hccl"}.get(device.type, "gloo")
+        if device.type == "hpu":
+            import habana_frameworks.torch.distributed.hccl  # noqa: F401
+        torch.distributed.init_process_group(backend=backend)
+    return True
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued kernels, so a wall clock read afterwards covers them."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "hpu":
+        import habana_frameworks.torch.hpu as hthpu
+
+        hthpu.synchronize()
+
+
+def mark_step(device: torch.device) -> None:
+    """Gaudi lazy mode executes the accumulated graph here; a no-op elsewhere."""
+    if device.type == "hpu":
+        import habana_frameworks.torch.core as htcore
+
+        htcore.mark_step()
+
+
+def peak_memory(device: torch.device) -> int | None:
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    if device.type == "hpu":
+        import habana_frameworks.torch.hpu as hthpu
+
+        stats = hthpu.memory_stats() if hasattr(hthpu, "memory_stats") else {}
+        value = stats.get("MaxInUse")
+        return int(value) if value is not None else None
+    # cpu: the process's peak resident set (Linux reports KiB)
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+# --------------------------------------------------------------------------------------------------
+# Model
+
+
+def choose_attention(flash_requested: bool, device: torch.device) -> tuple[str, str | None]:
+    """(attn_implementation, note). flash_attention_2 needs CUDA and the flash_attn package."""
+    if not flash_requested:
+        return "sdpa", None
+    if device.type == "cuda" and importlib.util.find_spec("flash_attn") is not None:
+        return "flash_attention_2", None
+    return "sdpa", f"flash attention requested but unavailable on {device.type}; using sdpa"
+
+
+def load_model(ctx: TrainContext, dtype: torch.dtype, attn: str) -> torch.nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    if not (ctx.model_dir / "config.json").is_file():
+        raise InvalidConfigError(f"{ctx.model_dir} is not a Hugging Face model dir (no config.json)")
+    try:
+        return AutoModelForCausalLM.from_pretrained(ctx.model_dir, dtype=dtype, attn_implementation=attn)
+    except (OSError, ValueError) as exc:
+        raise InvalidConfigError(f"cannot load the model from {ctx.model_dir}: {exc}") from None
+
+
+def apply_lora(model: torch.nn.Module, ctx: TrainContext) -> torch.nn.Module:
+    from peft import LoraConfig, get_peft_model
+
+    method = ctx.job.spec.method
+    present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+    missing = [t for t in method.target_modules if t not in present]
+    if missing:
+        raise InvalidConfigError(f"LoRA target modules {missing} are not in the model")
+    config = LoraConfig(
+        r=int(method.rank or 0),
+        lora_alpha=method.lora_alpha,
+        lora_dropout=method.dropout,
+        target_modules=list(method.target_modules),
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, config)
+
+
+def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The transformer blocks, wherever peft put them; FSDP2 shards each one separately."""
+    return [m for m in model.modules() if type(m).__name__.endswith("DecoderLayer")]
+
+
+def wrap_distributed(model: torch.nn.Module, ctx: TrainContext, device: torch.device) -> torch.nn.Module:
+    plan = ctx.plan
+    if int(plan.get("tp") or 1) > 1:
+        raise InvalidConfigError("tensor parallelism (tp > 1) is not implemented in the PyTorch worker")
+    if int(plan.get("fsdp") or 1) > 1:
+        from torch.distributed.fsdp import fully_shard
+
+        for layer in decoder_layers(model):
+            fully_shard(layer)
+        fully_shard(model)
+        return model
+    from torch.nn.parallel import DistributedDataParallel
+
+    ids = [device.index] if device.type == "cuda" else None
+    return DistributedDataParallel(model, device_ids=ids)
+
+
+# --------------------------------------------------------------------------------------------------
+# Batches and loss
+
+
+def sliding_window_of(config: Any) -> int | None:
+    layer_types = getattr(config, "layer_types", None) or []
+    return getattr(config, "sliding_window", None) if "sliding_attention" in layer_types else None
+
+
+def attention_mask_for(
+    segment_ids: np.ndarray, config: Any, attn: str, device: torch.device
+) -> torch.Tensor | dict[str, torch.Tensor] | None:
+    """The data.py attention rule in the form transformers takes; None when plain causal suffices."""
+    if attn == "flash_attention_2" or int(segment_ids.max(initial=0)) <= 1:
+        return None
+    full = torch.from_numpy(attention_allowed(segment_ids)).unsqueeze(1).to(device)
+    window = sliding_window_of(config)
+    if window is None:
+        return full
+    local = torch.from_numpy(attention_allowed(segment_ids, window)).unsqueeze(1).to(device)
+    # Models with local layers take a mask per layer type and pass 4D masks through unchanged.
+    return {"full_attention": full, "sliding_attention": local}
+
+
+def to_device(batch: Batch, device: torch.device) -> dict[str, torch.Tensor]:
+    tensors = {k: torch.from_numpy(v) for k, v in batch.items()}
+    tensors["input_ids"] = tensors["input_ids"].long()
+    tensors["positions"] = tensors["positions"].long()
+    tensors["targets"] = tensors["targets"].long()
+    return {k: v.to(device, non_blocking=True) for k, v in tensors.items()}
+
+
+def masked_ce_sum(
+    model: torch.nn.Module, batch: Batch, config: Any, attn: str, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sum(ce·mask), sum(mask)) of one micro-batch; ce in float32 (data.py's formula)."""
+    t = to_device(batch, device)
+    mask = attention_mask_for(batch["segment_ids"], config, attn, device)
+    out = model(input_ids=t["input_ids"], position_ids=t["positions"], attention_mask=mask, use_cache=False)
+    logits = out.logits.float()
+    ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), t["targets"].reshape(-1), reduction="none")
+    weights = t["loss_mask"].reshape(-1)
+    return (ce * weights).sum(), weights.sum()
+
+
+def all_reduce_sum(value: torch.Tensor, distributed: bool) -> torch.Tensor:
+    if distributed:
+        torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.SUM)
+    return value
+
+
+# --------------------------------------------------------------------------------------------------
+# Training
+
+
+def build_optimizer(model: torch.nn.Module, ctx: TrainContext, device: torch.device) -> torch.optim.AdamW:
+    training = ctx.job.spec.training
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.ndim >= 2]
+    no_decay = [p for p in params if p.ndim < 2]
+    groups = [{"params": decay, "weight_decay": training.weight_decay}]
+    if no_decay:
+        groups.append({"params": no_decay, "weight_decay": 0.0})
+    return torch.optim.AdamW(
+        groups,
+        lr=training.learning_rate,
+        betas=ADAM_BETAS,
+        eps=ADAM_EPS,
+        fused=device.type == "cuda",  # one kernel for all parameters instead of a loop per tensor
+    )
+
+
+def no_sync(model: torch.nn.Module, last: bool) -> contextlib.AbstractContextManager[Any]:
+    """Skip the gradient all-reduce on all but the last micro-batch of a step."""
+    if last:
+        return contextlib.nullcontext()
+    if hasattr(model, "no_sync"):  # DDP
+        return model.no_sync()
+    if hasattr(model, "set_requires_gradient_sync"):  # FSDP2
+
+        @contextlib.contextmanager
+        def _fsdp() -> Iterator[None]:
+            model.set_requires_gradient_sync(False)
+            try:
+                yield
+            finally:
+                model.set_requires_gradient_sync(True)
+
+        return _fsdp()
+    return contextlib.nullcontext()
+
+
+@torch.no_grad()
+def evaluate(
+    model: torch.nn.Module, ctx: TrainContext, config: Any, attn: str, device: torch.device, dist: bool
+) -> float | None:
+    data = ctx.data
+    if len(data.held_out) == 0:
+        return None
+    model.eval()
+    total = torch.zeros(2, dtype=torch.float64, device=device)
+    batch_size = data.micro_batch_size(ctx.dist.world_size)
+    for batch in data.eval_batches(ctx.dist.rank, ctx.dist.world_size, batch_size):
+        ce_sum, count = masked_ce_sum(model, batch, config, attn, device)
+        total += torch.stack([ce_sum.double(), count.double()])
+    model.train()
+    all_reduce_sum(total, dist)
+    ce_sum, count = total.tolist()
+    return ce_sum / count if count > 0 else None
+
+
+def train(ctx: TrainContext) -> FinetuneOutcome:
+    started = time.perf_counter()
+    spec = ctx.job.spec
+    training = spec.training
+    info = pick_device(ctx.dist.local_rank)
+    device = info.device
+    dist = init_process_group(ctx, device)
+    notes: list[str] = []
+    if spec.output is not None and spec.output.format == CheckpointFormat.ORBAX:
+        raise InvalidConfigError("output format orbax is for the JAX worker; use safetensors with pytorch")
+
+    dtype = torch.bfloat16 if training.precision == Precision.BF16 else torch.float32
+    attn, note = choose_attention(training.flash_attention, device)
+    if note:
+        notes.append(note)
+        ctx.log(f"note: {note}")
+    torch.manual_seed(training.seed)  # LoRA initialization and dropout
+    model = load_model(ctx, dtype, attn)
+    config = model.config
+    if ctx.data.vocab_size > config.vocab_size:
+        raise InvalidConfigError(
+            f"the tokenizer has {ctx.data.vocab_size} tokens, the model's embedding only {config.vocab_size}"
+        )
+    if training.gradient_checkpointing:
+        # Non-reentrant checkpointing works with frozen inputs (LoRA) and with FSDP2.
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    lora = spec.method.type == MethodType.LORA
+    if lora:
+        model = apply_lora(model, ctx)
+    model.to(device)
+    model.train()
+    base = model
+    if dist:
+        model = wrap_distributed(model, ctx, device)
+    if ctx.compile:
+        model = torch.compile(model)
+    optimizer = build_optimizer(base, ctx, device)
+    trainable = [p for p in base.parameters() if p.requires_grad]
+    setup_seconds = time.perf_counter() - started
+
+    world = ctx.dist.world_size
+    total_steps = ctx.data.total_steps
+    records: list[StepRecord] = []
+    evals: list[tuple[int, float]] = []
+    steady_tokens, steady_seconds = 0, 0.0
+    for step_batch in ctx.data.train_steps(ctx.dist.rank, world):
+        index = step_batch.step - 1
+        lr = learning_rate_at(
+            index, training.learning_rate, training.warmup_steps, total_steps, training.schedule
+        )
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        synchronize(device)
+        tick = time.perf_counter()
+        local = torch.zeros((), dtype=torch.float32, device=device)
+        micro = step_batch.micro_batches
+        for k, batch in enumerate(micro):
+            with no_sync(model, k == len(micro) - 1):
+                ce_sum, _ = masked_ce_sum(model, batch, config, attn, device)
+                # DDP and FSDP average gradients over ranks; × world makes it the global-token mean.
+                (ce_sum * (world / step_batch.global_loss_tokens)).backward()
+                mark_step(device)
+            local += ce_sum.detach()
+        torch.nn.utils.clip_grad_norm_(trainable, MAX_GRAD_NORM)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        mark_step(device)
+        loss = float(all_reduce_sum(local, dist).item()) / step_batch.global_loss_tokens
+        synchronize(device)
+        seconds = time.perf_counter() - tick
+        tokens = int(step_batch.global_loss_tokens)
+        records.append(StepRecord(step_batch.step, loss, tokens, seconds))
+        if step_batch.step > ctx.warmup_steps_excluded:
+            steady_tokens += tokens
+            steady_seconds += seconds
+        tps = steady_tokens / steady_seconds if steady_seconds > 0 else None
+        mfu = None
+        if tps is not None and ctx.peak_tflops_per_chip:
+            mfu = tps * ctx.flops_per_token / (ctx.chips * ctx.peak_tflops_per_chip * 1e12)
+        ctx.metrics.on_step(step_batch.step, total_steps, loss, tps, mfu)
+        every = training.eval_every_steps
+        if every and step_batch.step % every == 0 and step_batch.step < total_steps:
+            value = evaluate(model, ctx, config, attn, device, dist)
+            if value is not None:
+                evals.append((step_batch.step, value))
+                ctx.metrics.on_eval(step_batch.step, value)
+
+    eval_loss = evaluate(model, ctx, config, attn, device, dist)
+    if eval_loss is not None:
+        evals.append((total_steps, eval_loss))
+        ctx.metrics.on_eval(total_steps, eval_loss)
+    output_path = None
+    if ctx.output_dir is not None:
+        output_path = save_weights(base, ctx, lora, dist)
+    warm = records[: ctx.warmup_steps_excluded]
+    return FinetuneOutcome(
+        framework="pytorch",
+        device=info.name,
+        chips=ctx.chips,
+        steps=records,
+        warmup_steps_excluded=ctx.warmup_steps_excluded,
+        setup_seconds=setup_seconds,
+        compile_seconds=sum(r.seconds for r in warm) if warm else None,
+        eval_loss=eval_loss,
+        eval_history=evals,
+        peak_memory_bytes=peak_memory(device),
+        memory_capacity_bytes=info.capacity_bytes,
+        versions=library_versions(attn, device),
+        output_path=output_path,
+        notes=notes,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Output
+
+
+def save_weights(model: torch.nn.Module, ctx: TrainContext, lora: bool, dist: bool) -> str | None:
+    """Safetensors in Hugging Face layout (loads with from_pretrained / a serving engine).
+
+    LoRA: merged W + alpha/r·BA when output.mergeLora (the default), else the adapter alone.
+    Under FSDP the full state dict is gathered to rank 0's CPU first."""
+    out = ctx.output_dir
+    assert out is not None
+    merge = ctx.job.spec.output.merge_lora if ctx.job.spec.output else True
+    state = None
+    if dist and int(ctx.plan.get("fsdp") or 1) > 1:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if ctx.dist.rank != 0:
+        return None
+    out.mkdir(parents=True, exist_ok=True)
+    if lora and merge:
+        if state is not None:
+            model.load_state_dict(state)
+        merged = model.merge_and_unload()
+        merged.save_pretrained(out, safe_serialization=True)
+    else:
+        model.save_pretrained(out, state_dict=state, safe_serialization=True)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        source = ctx.model_dir / name
+        if source.is_file():
+            (out / name).write_bytes(source.read_bytes())
+    return str(out)
+
+
+def library_versions(attn: str, device: torch.device) -> dict[str, str]:
+    import transformers
+
+    versions = {"torch": torch.__version__, "transformers": transformers.__version__, "attention": attn}
+    for name in ("peft", "flash_attn", "habana_frameworks"):
+        if importlib.util.find_spec(name) is not None:
+            module = __import__(name)
+            versions[name] = str(getattr(module, "__version__", "present"))
+    if device.type == "cuda" and torch.version.cuda:
+        versions["cuda"] = str(torch.version.cuda)
+    return versions
+
+
+def compile_enabled(env: dict[str, str] | None = None) -> bool:
+    return (env if env is not None else os.environ).get("ACCELBENCH_COMPILE", "") == "1"

@@ -1,0 +1,151 @@
+"""The worker's inputs: the ACCELBENCH_JOB payload (or a manifest file) and the distributed env.
+
+See render/finetune.py for the env contract. Everything here is a pure function of a mapping
+(`env`, defaulting to os.environ) so tests can drive it without touching the process environment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..api import FinetuneJob, parse_resource
+from . import InvalidConfigError
+
+JOB_ENV = "ACCELBENCH_JOB"  # same name as render.payload.JOB_ENV; workers do not import render
+PVC_ROOT_ENV = "ACCELBENCH_PVC_ROOT"
+DEFAULT_PVC_ROOT = "/mnt/pvc"
+
+
+@dataclass(frozen=True)
+class JobInput:
+    job: FinetuneJob
+    plan: dict[str, Any]  # Plan in wire form (camelCase); {} when the input carried none
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    """Who this process is. torch: one process per chip (torchrun); JAX: one process per host."""
+
+    rank: int = 0  # global process rank (torch RANK, JAX process id)
+    world_size: int = 1  # processes in total
+    local_rank: int = 0  # process index on this host (selects the GPU/HPU)
+    local_world_size: int = 1
+    node_rank: int = 0  # host index = JOB_COMPLETION_INDEX
+    nnodes: int = 1
+    master_addr: str | None = None  # torch rendezvous
+    master_port: int | None = None
+    nproc_per_node: int = 1  # what the renderer asked for (launcher input before torchrun runs)
+    jax_coordinator: str | None = None  # host:port, multi-host JAX only
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    value = env.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise InvalidConfigError(f"env {name}={value!r} is not an integer") from None
+
+
+def dist_env(framework: str, env: Mapping[str, str] | None = None) -> DistEnv:
+    """The process's place in the run. For torch, RANK/WORLD_SIZE/LOCAL_RANK come from torchrun;
+    before torchrun runs they are absent and NNODES/NPROC_PER_NODE say what to launch."""
+    env = os.environ if env is None else env
+    node_rank = _int(env, "NODE_RANK", _int(env, "JOB_COMPLETION_INDEX", 0))
+    if framework == "jax":
+        world = _int(env, "JAX_NUM_PROCESSES", 1)
+        rank = _int(env, "JAX_PROCESS_ID", node_rank)
+        return DistEnv(
+            rank=rank,
+            world_size=world,
+            node_rank=node_rank,
+            nnodes=world,
+            jax_coordinator=env.get("JAX_COORDINATOR_ADDRESS") or None,
+        )
+    nproc = _int(env, "NPROC_PER_NODE", 1)
+    return DistEnv(
+        rank=_int(env, "RANK", 0),
+        world_size=_int(env, "WORLD_SIZE", 1),
+        local_rank=_int(env, "LOCAL_RANK", 0),
+        local_world_size=_int(env, "LOCAL_WORLD_SIZE", 1),
+        node_rank=node_rank,
+        nnodes=_int(env, "NNODES", 1),
+        master_addr=env.get("MASTER_ADDR") or None,
+        master_port=_int(env, "MASTER_PORT", 29500) if env.get("MASTER_PORT") else None,
+        nproc_per_node=nproc,
+    )
+
+
+def parse_job_payload(obj: Any) -> JobInput:
+    """A payload dict ({apiVersion, kind, metadata, spec, plan}) or a bare manifest -> JobInput."""
+    if not isinstance(obj, dict):
+        raise InvalidConfigError("the job must be a JSON/YAML object with apiVersion, kind, metadata, spec")
+    body = {k: v for k, v in obj.items() if k != "plan"}
+    plan = obj.get("plan") or {}
+    if not isinstance(plan, dict):
+        raise InvalidConfigError("the job's plan must be an object")
+    try:
+        resource = parse_resource(body)
+    except ValueError as exc:
+        raise InvalidConfigError(f"invalid FinetuneJob: {exc}") from None
+    if not isinstance(resource, FinetuneJob):
+        raise InvalidConfigError(f"the fine-tuning worker runs a FinetuneJob, not a {resource.kind}")
+    return JobInput(job=resource, plan=plan)
+
+
+def load_job(path: str | Path | None = None, env: Mapping[str, str] | None = None) -> JobInput:
+    """From `path` (JSON or YAML, one document) when given, else from the ACCELBENCH_JOB env var."""
+    env = os.environ if env is None else env
+    if path is not None:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise InvalidConfigError(f"cannot read job file {path}: {exc}") from None
+        try:
+            obj = yaml.safe_load(text)  # YAML is a superset of JSON
+        except yaml.YAMLError as exc:
+            raise InvalidConfigError(f"job file {path} is not JSON/YAML: {exc}") from None
+        return parse_job_payload(obj)
+    text = env.get(JOB_ENV)
+    if not text:
+        raise InvalidConfigError(f"no job: set {JOB_ENV} or pass --job FILE")
+    try:
+        obj = json.loads(text)
+    except ValueError as exc:
+        raise InvalidConfigError(f"{JOB_ENV} is not JSON: {exc}") from None
+    return parse_job_payload(obj)
+
+
+def resolve_uri(uri: str, env: Mapping[str, str] | None = None, base: Path | None = None) -> Path:
+    """A spec URI -> a local path. pvc://CLAIM/PATH lives under ACCELBENCH_PVC_ROOT; relative paths
+    are taken from `base` (the manifest's directory for `accelbench run`). Object stores are not read
+    by the worker: stage the data on a volume."""
+    env = os.environ if env is None else env
+    if uri.startswith("pvc://"):
+        root = Path(env.get(PVC_ROOT_ENV) or DEFAULT_PVC_ROOT)
+        return root / uri.removeprefix("pvc://")
+    if uri.startswith("file://"):
+        return Path(uri.removeprefix("file://"))
+    if "://" in uri:
+        scheme = uri.split("://", 1)[0]
+        raise InvalidConfigError(f"{scheme}:// is not readable by the worker; copy {uri} to a PVC (pvc://)")
+    path = Path(uri).expanduser()
+    if not path.is_absolute() and base is not None:
+        path = base / path
+    return path

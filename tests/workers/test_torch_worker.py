@@ -1,0 +1,142 @@
+"""The PyTorch path on CPU with tiny random-weight models: it learns, reports, serves metrics."""
+
+from __future__ import annotations
+
+import math
+import threading
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from accelbench.api import parse_termination_message
+from accelbench.workers.data import ChatTokenizer, build_rows, read_jsonl, tokenize_examples
+from accelbench.workers.finetune.__main__ import RunOptions, run_job
+from accelbench.workers.finetune.torch_worker import masked_ce_sum
+from accelbench.workers.jobenv import parse_job_payload
+from accelbench.workers.report import write_report
+
+QUIET = RunOptions(serve_metrics=False, log=lambda _: None, env={})
+
+
+def _run(manifest: dict[str, Any], options: RunOptions = QUIET):
+    return run_job(parse_job_payload(manifest), options)
+
+
+@pytest.mark.parametrize(
+    ("family", "method", "lr"),
+    [
+        ("llama", {"type": "lora", "rank": 8}, 1e-2),
+        ("llama", {"type": "full"}, 3e-3),
+        ("gemma3", {"type": "lora", "rank": 8}, 1e-2),
+        ("gemma3", {"type": "full"}, 3e-3),
+    ],
+)
+def test_loss_goes_down(manifest_for, family: str, method: dict, lr: float) -> None:
+    manifest = manifest_for(family, method=method, training={"maxSteps": 6, "learningRate": lr})
+    report, code = _run(manifest)
+    assert code == 0, report.error
+    ft = report.finetune
+    assert ft.steps == 6 and len(ft.loss_history) == 6
+    assert ft.final_loss < ft.first_loss - 0.05, ft.loss_history
+    assert ft.eval_loss is not None and ft.perplexity == pytest.approx(math.exp(ft.eval_loss))
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma3"])
+def test_packed_rows_give_the_same_loss_as_unpacked(tiny_models, chat_dataset: Path, family: str) -> None:
+    """The block-diagonal mask keeps packed examples apart (sliding-window layers included)."""
+    tok = ChatTokenizer.from_model_dir(tiny_models[family], family)
+    examples = tokenize_examples(tok, read_jsonl(chat_dataset)[:6], "full")
+    packed, _ = build_rows(examples, 128, True, tok.pad_id)
+    single, _ = build_rows(examples, 128, False, tok.pad_id)
+    assert len(packed) < len(single)
+    model = AutoModelForCausalLM.from_pretrained(tiny_models[family], attn_implementation="sdpa").eval()
+    cpu = torch.device("cpu")
+    with torch.no_grad():
+        a, na = masked_ce_sum(model, packed.take(range(len(packed))), model.config, "sdpa", cpu)
+        b, nb = masked_ce_sum(model, single.take(range(len(single))), model.config, "sdpa", cpu)
+    assert na.item() == nb.item()
+    assert a.item() == pytest.approx(b.item(), rel=1e-5)
+
+
+def test_report_is_complete_and_fits_the_termination_message(manifest_for, tmp_path: Path, capsys) -> None:
+    report, code = _run(manifest_for("llama", training={"maxSteps": 3}))
+    assert code == 0
+    log = tmp_path / "termination-log"
+    write_report(report, env={"ACCELBENCH_TERMINATION_LOG": str(log)})
+    parsed = parse_termination_message(log.read_text())
+    assert parsed.ok and parsed.kind == "finetune" and parsed.framework == "pytorch"
+    ft = parsed.finetune
+    assert ft.steps == 3 and ft.trained_tokens > 0 and ft.tokens_per_second > 0
+    assert ft.tokens_per_second_per_chip == ft.tokens_per_second  # one chip
+    assert ft.mfu is not None and ft.mfu > 0 and ft.flops_per_token > 0 and "4N" in ft.mfu_formula
+    assert ft.peak_tflops_per_chip == 1.0  # catalog cpu figure
+    assert ft.first_loss and ft.final_loss and ft.eval_loss and ft.perplexity
+    assert parsed.timings.total_seconds > 0 and parsed.timings.step_seconds_mean > 0
+    assert parsed.memory.peak_bytes_per_chip > 0
+    assert {"torch", "transformers", "peft"} <= set(parsed.versions)
+    assert parsed.device.startswith("cpu")
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("ACCELBENCH_REPORT {")
+
+
+class _ScrapeDuringRun:
+    """A sink that, at step 1, lets a scraper thread read /metrics and /healthz and waits for it."""
+
+    def __init__(self) -> None:
+        self.port: int | None = None
+        self.step_seen = threading.Event()
+        self.scraped = threading.Event()
+        self.bodies: dict[str, str] = {}
+
+    def log(self, message: str) -> None:
+        if message.startswith("metrics: serving on port"):
+            self.port = int(message.rsplit(" ", 1)[1])
+
+    def scrape(self) -> None:
+        self.step_seen.wait(60)
+        for path in ("/metrics", "/healthz"):
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=10) as response:
+                self.bodies[path] = response.read().decode()
+        self.scraped.set()
+
+    def on_step(self, step, total_steps, loss, tokens_per_second, mfu) -> None:
+        if step == 2:
+            self.step_seen.set()
+            self.scraped.wait(30)
+
+    def on_eval(self, step, eval_loss) -> None:
+        return None
+
+
+def test_metrics_endpoint_answers_during_a_run(manifest_for) -> None:
+    probe = _ScrapeDuringRun()
+    scraper = threading.Thread(target=probe.scrape)
+    scraper.start()
+    options = RunOptions(env={"ACCELBENCH_METRICS_PORT": "0"}, extra_sink=probe, log=probe.log)
+    _, code = _run(manifest_for("llama", training={"maxSteps": 3}), options)
+    scraper.join(60)
+    assert code == 0
+    metrics = probe.bodies["/metrics"]
+    assert "accelbench_worker_step 2.0" in metrics
+    for name in ("loss", "tokens_per_second", "mfu", "total_steps"):
+        assert f"accelbench_worker_{name} " in metrics
+    assert probe.bodies["/healthz"].strip() == "ok"
+
+
+def test_saves_merged_lora_weights_that_transformers_loads(manifest_for, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    report, code = _run(manifest_for("gemma3", training={"maxSteps": 2}, output=str(out)))
+    assert code == 0, report.error
+    assert (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file()
+    model = AutoModelForCausalLM.from_pretrained(out)
+    assert not any("lora" in name for name, _ in model.named_parameters())
+
+
+def test_unknown_lora_target_is_invalid_config(manifest_for) -> None:
+    manifest = manifest_for("llama", method={"type": "lora", "rank": 4, "targetModules": ["nope_proj"]})
+    report, code = _run(manifest)
+    assert code == 3 and not report.ok and report.error.type == "InvalidConfig"
+    assert "nope_proj" in report.error.message
