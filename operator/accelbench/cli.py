@@ -239,6 +239,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_convert(args: argparse.Namespace) -> int:
+    """Convert a checkpoint between Hugging Face safetensors, JAX-layout safetensors and Orbax."""
+    from .bridge.cli import run
+
+    return run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="accelbench", description=__doc__)
     parser.add_argument("--version", action="version", version=f"accelbench {__version__}")
@@ -267,6 +274,22 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--metrics-port", type=int, default=None, help="also serve Prometheus metrics (0 = any)")
     run.add_argument("--json", action="store_true", help="print the full WorkerReport JSON after the table")
     run.set_defaults(func=cmd_run)
+
+    convert = sub.add_parser(
+        "convert", help="convert a checkpoint: Hugging Face safetensors <-> JAX (Orbax), LoRA merge on export"
+    )
+    formats = ("hf", "jax", "orbax")  # jax: the JAX tree in einsum layout as safetensors
+    convert.add_argument("--from", dest="source", choices=formats, required=True, help="what --model-dir is")
+    convert.add_argument("--to", dest="target", choices=formats, required=True, help="format to write")
+    convert.add_argument("--model-dir", required=True, help="checkpoint directory to read")
+    convert.add_argument("--out", required=True, help="directory to write")
+    convert.add_argument(
+        "--merge-lora",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="to hf: fold LoRA adapters into the weights (default), or write a PEFT adapter",
+    )
+    convert.set_defaults(func=cmd_convert)
 
     report = sub.add_parser("report", help="render bench results JSON to HTML tables and PNG plots")
     report.add_argument("--in", dest="input", required=True, help="bench results JSON (--out or ConfigMap)")

@@ -229,7 +229,7 @@ def test_gaudi_privileges_and_hugepages() -> None:
     assert "runAsNonRoot" not in pod["securityContext"]
     for part in ("requests", "limits"):
         assert container["resources"][part]["habana.ai/gaudi"] == "8"
-        assert container["resources"][part]["hugepages-2Mi"] == "95000Mi"
+        assert container["resources"][part]["hugepages-2Mi"] == "95008Mi"
         # Kubernetes refuses huge pages without a memory (or cpu) request
         assert "memory" in container["resources"][part]
 
@@ -596,3 +596,10 @@ def test_user_scheduling_merges_over_the_catalog() -> None:
     assert {"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
     assert any(t["key"] == "google.com/tpu" for t in pod["tolerations"])
     assert pod["priorityClassName"] == "batch-low"
+
+
+def test_gaudi_hugepages_are_whole_2mi_pages() -> None:
+    job, plan = fx.ft_gaudi3_x8()
+    container = render_finetune(job, plan, fx.CATALOG)[-1]["spec"]["template"]["spec"]["containers"][0]
+    amount = container["resources"]["requests"]["hugepages-2Mi"]
+    assert amount.endswith("Mi") and int(amount[:-2]) % 2 == 0

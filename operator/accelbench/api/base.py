@@ -5,11 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
-from pydantic.alias_generators import to_camel
 
 GROUP = "accelbench.io"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
+
+
+def to_camel(name: str) -> str:
+    """snake_case -> camelCase by word: `e2e_ms` -> `e2eMs` (pydantic's would give `e2EMs`)."""
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
 
 
 class ApiModel(BaseModel):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import logging
 import os
+import random
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -194,11 +195,17 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=GROUP, key="last-handled-configuration"
     )
+    # The operator watches its two kinds only; scanning namespaces and CRDs would need RBAC it
+    # does not otherwise use.
+    settings.scanning.disabled = True
     settings.posting.level = logging.getLevelName(os.environ.get("ACCELBENCH_EVENT_LEVEL", "INFO").upper())
     peering = os.environ.get("ACCELBENCH_PEERING", "").strip()
     if peering:
         settings.peering.standalone = False
         settings.peering.name = "accelbench" if peering.lower() in ("1", "true", "yes") else peering
+        # kopf pauses every replica that sees a live peer of equal priority; distinct random
+        # priorities make exactly one replica active and the others hot standbys.
+        settings.peering.priority = random.randint(1, 2**31 - 1)
     else:
         settings.peering.standalone = True  # one replica by default: no KopfPeering CRD needed
     # Watches that end server-side before a silent network drop would stall them.

@@ -24,8 +24,10 @@ RESERVATION_NAME_LABEL = "cloud.google.com/reservation-name"
 RESERVATION_AFFINITY_LABEL = "cloud.google.com/reservation-affinity"
 
 # Habana's Kubernetes examples give a pod 95000Mi of 2 MiB huge pages; that is spread over the
-# cards here so an 8-card host gets the same. The PyTorch bridge pins host buffers in huge pages.
-GAUDI_HUGEPAGES_MI_PER_CARD = 11875
+# cards here so an 8-card host gets about the same. The PyTorch bridge pins host buffers in huge
+# pages. The apiserver refuses an amount that is not a whole number of 2 MiB pages (11875Mi was
+# refused by the local control plane), so the per-card share is rounded to an even MiB count.
+GAUDI_HUGEPAGES_MI_PER_CARD = 11876
 # Kubernetes refuses huge pages without a cpu or memory request; a share of the host's memory
 # proportional to the cards taken, minus headroom for the kubelet and system daemons.
 GAUDI_MEMORY_SHARE = 0.75

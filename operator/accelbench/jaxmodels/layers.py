@@ -1,0 +1,231 @@
+"""Building blocks of the decoder: norm, rotary embedding, attention with packing masks, gated MLP.
+
+Weights use Gemma's einsum layout, so sharding rules can name axes ("heads", "embed", "ffw"):
+  q_einsum.w        [heads, embed, head_dim]
+  kv_einsum.w       [2, kv_heads, embed, head_dim]     (k, v)
+  attn_vec_einsum.w [heads, head_dim, embed]
+  gating_einsum.w   [2, ffw, embed]                    (gate, up)
+  linear.w          [ffw, embed]                       (down)
+Parameters are stored in `param_dtype` and cast to the compute `dtype` where they are used; norms,
+softmax and rotary angles run in float32 whatever the compute dtype, as in transformers.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+import jax
+
+from .config import FULL, SLIDING, ModelConfig, RopeSpec
+from .lora import LoRA
+
+# Large negative instead of -inf, so a fully masked row could never turn into NaN.
+_MASKED = -1e30
+
+
+class Weight(nnx.Module):
+    """One einsum weight; a module so that its path reads `q_einsum.w` like Gemma's checkpoints."""
+
+    def __init__(self, shape: tuple[int, ...], *, rngs: nnx.Rngs, param_dtype: jnp.dtype, std: float) -> None:
+        self.w = nnx.Param(jax.random.normal(rngs.params(), shape, param_dtype) * std)
+
+
+class RMSNorm(nnx.Module):
+    def __init__(self, dim: int, *, eps: float, offset: float, param_dtype: jnp.dtype) -> None:
+        # Gemma's zero-centred scale starts at 0 (identity); Llama's multiplier starts at 1.
+        self.scale = nnx.Param(jnp.full((dim,), 1.0 - offset, param_dtype))
+        self.eps = eps
+        self.offset = offset
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x32 = x.astype(jnp.float32)
+        normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+        return (normed * (self.offset + self.scale[...].astype(jnp.float32))).astype(x.dtype)
+
+
+def inverse_frequencies(spec: RopeSpec, head_dim: int) -> np.ndarray:
+    """Per-pair rotation speeds in float32, with linear or Llama 3 frequency scaling applied."""
+    exponents = np.arange(0, head_dim, 2, dtype=np.int64).astype(np.float32) / np.float32(head_dim)
+    inv = (1.0 / (np.float32(spec.theta) ** exponents)).astype(np.float32)
+    if spec.rope_type == "linear":
+        return (inv / np.float32(spec.factor)).astype(np.float32)
+    if spec.rope_type == "llama3":
+        return _llama3_scaling(inv, spec)
+    return inv
+
+
+def _llama3_scaling(inv: np.ndarray, spec: RopeSpec) -> np.ndarray:
+    # Long wavelengths are slowed by `factor`, short ones kept, the band between interpolated.
+    old = spec.original_max_positions
+    low_wavelen = old / spec.low_freq_factor
+    high_wavelen = old / spec.high_freq_factor
+    wavelen = 2 * np.pi / inv
+    scaled = np.where(wavelen > low_wavelen, inv / spec.factor, inv)
+    smooth = (old / wavelen - spec.low_freq_factor) / (spec.high_freq_factor - spec.low_freq_factor)
+    smoothed = (1 - smooth) * scaled / spec.factor + smooth * scaled
+    medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+    return np.where(medium, smoothed, scaled).astype(np.float32)
+
+
+def apply_rope(x: jax.Array, positions: jax.Array, inv_freq: np.ndarray) -> jax.Array:
+    """Rotate x [B, T, heads, head_dim] by positions [B, T]; halves layout (transformers' rotate_half)."""
+    angles = positions[..., None].astype(jnp.float32) * jnp.asarray(inv_freq)
+    angles = jnp.concatenate([angles, angles], axis=-1)[:, :, None, :]
+    cos, sin = jnp.cos(angles).astype(x.dtype), jnp.sin(angles).astype(x.dtype)
+    half = x.shape[-1] // 2
+    rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    return x * cos + rotated * sin
+
+
+def attention_mask(segment_ids: jax.Array, sliding_window: int | None) -> jax.Array:
+    """[B, 1, 1, T, T] boolean: the attention rule of workers.data (causal, same segment, window).
+
+    Index-based like transformers: within a segment, index distance equals position distance.
+    """
+    t = segment_ids.shape[1]
+    q_idx = jnp.arange(t)[:, None]
+    k_idx = jnp.arange(t)[None, :]
+    allowed = k_idx <= q_idx
+    if sliding_window is not None:
+        allowed &= k_idx > q_idx - sliding_window
+    # Padding (segment 0) attends only padding: it sits at the end of a row, so no real token sees it.
+    same = segment_ids[:, :, None] == segment_ids[:, None, :]
+    return (allowed[None] & same)[:, None, None]
+
+
+def softcap(x: jax.Array, cap: float | None) -> jax.Array:
+    return x if cap is None else jnp.tanh(x / cap) * cap
+
+
+class Attention(nnx.Module):
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        layer_type: str,
+        *,
+        rngs: nnx.Rngs,
+        param_dtype: jnp.dtype,
+        dtype: jnp.dtype,
+    ) -> None:
+        n, k, d, h = cfg.heads, cfg.kv_heads, cfg.hidden, cfg.head_dim
+        std = d**-0.5
+        self.q_einsum = Weight((n, d, h), rngs=rngs, param_dtype=param_dtype, std=std)
+        self.kv_einsum = Weight((2, k, d, h), rngs=rngs, param_dtype=param_dtype, std=std)
+        self.attn_vec_einsum = Weight((n, h, d), rngs=rngs, param_dtype=param_dtype, std=(n * h) ** -0.5)
+        norm = {"eps": cfg.norm_eps, "offset": cfg.norm_offset, "param_dtype": param_dtype}
+        self.query_norm = RMSNorm(h, **norm) if cfg.is_gemma else None
+        self.key_norm = RMSNorm(h, **norm) if cfg.is_gemma else None
+        self.q_lora: LoRA | None = nnx.data(None)  # data: a LoRA may replace it
+        self.k_lora: LoRA | None = nnx.data(None)  # data: a LoRA may replace it
+        self.v_lora: LoRA | None = nnx.data(None)  # data: a LoRA may replace it
+        self.o_lora: LoRA | None = nnx.data(None)  # data: a LoRA may replace it
+        self.rope = cfg.rope[layer_type]  # a frozen dataclass: static, not a pytree leaf
+        self.window = cfg.sliding_window if layer_type == SLIDING else None
+        self.scale = cfg.attn_scale
+        self.softcap = cfg.attn_softcap
+        self.dtype = dtype
+
+    def add_lora(
+        self, targets: tuple[str, ...], rank: int, alpha: float, rngs: nnx.Rngs, dtype: jnp.dtype
+    ) -> None:
+        n, d, h = self.q_einsum.w.shape
+        k = self.kv_einsum.w.shape[1]
+        shapes = {"q_proj": ((d,), (n, h)), "k_proj": ((d,), (k, h)), "v_proj": ((d,), (k, h))}
+        shapes["o_proj"] = ((n, h), (d,))
+        for target in targets:
+            if target in shapes:
+                lora = LoRA(*shapes[target], rank=rank, alpha=alpha, rngs=rngs, param_dtype=dtype)
+                setattr(self, f"{target[0]}_lora", lora)
+
+    def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array) -> jax.Array:
+        q = jnp.einsum("btd,ndh->btnh", x, self.q_einsum.w[...].astype(self.dtype))
+        kv = self.kv_einsum.w[...].astype(self.dtype)
+        k = jnp.einsum("btd,kdh->btkh", x, kv[0])
+        v = jnp.einsum("btd,kdh->btkh", x, kv[1])
+        q, k, v = _plus(q, self.q_lora, x), _plus(k, self.k_lora, x), _plus(v, self.v_lora, x)
+        if self.query_norm is not None and self.key_norm is not None:
+            q, k = self.query_norm(q), self.key_norm(k)
+        inv_freq = inverse_frequencies(self.rope, q.shape[-1])  # a trace-time constant
+        q = apply_rope(q, positions, inv_freq)
+        k = apply_rope(k, positions, inv_freq)
+        out = self._attend(q, k, v, mask)
+        y = jnp.einsum("btnh,nhd->btd", out, self.attn_vec_einsum.w[...].astype(self.dtype))
+        return _plus(y, self.o_lora, out)
+
+    def _attend(self, q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
+        # Grouped-query attention without repeating k/v: query head n = kv head n // groups.
+        b, t, n, h = q.shape
+        groups = n // k.shape[2]
+        q = q.reshape(b, t, k.shape[2], groups, h)
+        logits = jnp.einsum("btkgh,bskh->bkgts", q, k).astype(jnp.float32) * self.scale
+        logits = softcap(logits, self.softcap)
+        logits = jnp.where(mask, logits, _MASKED)
+        probs = jax.nn.softmax(logits, axis=-1).astype(self.dtype)
+        out = jnp.einsum("bkgts,bskh->btkgh", probs, v)
+        return out.reshape(b, t, n, h)
+
+
+def _plus(y: jax.Array, lora: LoRA | None, x: jax.Array) -> jax.Array:
+    return y if lora is None else y + lora(x)
+
+
+class MLP(nnx.Module):
+    """Gated MLP: down(act(gate·x) * up·x); gelu-tanh for Gemma, SiLU (SwiGLU) for Llama."""
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, param_dtype: jnp.dtype, dtype: jnp.dtype) -> None:
+        d, f = cfg.hidden, cfg.intermediate
+        self.gating_einsum = Weight((2, f, d), rngs=rngs, param_dtype=param_dtype, std=d**-0.5)
+        self.linear = Weight((f, d), rngs=rngs, param_dtype=param_dtype, std=f**-0.5)
+        self.gate_lora: LoRA | None = nnx.data(None)  # data: a LoRA may replace it
+        self.up_lora: LoRA | None = nnx.data(None)  # data: a LoRA may replace it
+        self.down_lora: LoRA | None = nnx.data(None)  # data: a LoRA may replace it
+        self.activation = cfg.activation
+        self.dtype = dtype
+
+    def add_lora(
+        self, targets: tuple[str, ...], rank: int, alpha: float, rngs: nnx.Rngs, dtype: jnp.dtype
+    ) -> None:
+        f, d = self.linear.w.shape
+        shapes = {"gate_proj": ((d,), (f,)), "up_proj": ((d,), (f,)), "down_proj": ((f,), (d,))}
+        for target in targets:
+            if target in shapes:
+                lora = LoRA(*shapes[target], rank=rank, alpha=alpha, rngs=rngs, param_dtype=dtype)
+                setattr(self, f"{target.removesuffix('_proj')}_lora", lora)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        w = self.gating_einsum.w[...].astype(self.dtype)
+        gate = _plus(jnp.einsum("btd,fd->btf", x, w[0]), self.gate_lora, x)
+        up = _plus(jnp.einsum("btd,fd->btf", x, w[1]), self.up_lora, x)
+        act = jax.nn.gelu(gate, approximate=True) if self.activation == "gelu_tanh" else jax.nn.silu(gate)
+        hidden = act * up
+        y = jnp.einsum("btf,fd->btd", hidden, self.linear.w[...].astype(self.dtype))
+        return _plus(y, self.down_lora, hidden)
+
+
+class Block(nnx.Module):
+    """Pre-norm residual block; Gemma adds post-norms on both branches (its "sandwich" norms)."""
+
+    def __init__(
+        self, cfg: ModelConfig, layer_type: str, *, rngs: nnx.Rngs, param_dtype: jnp.dtype, dtype: jnp.dtype
+    ) -> None:
+        norm = {"eps": cfg.norm_eps, "offset": cfg.norm_offset, "param_dtype": param_dtype}
+        d = cfg.hidden
+        self.pre_attention_norm = RMSNorm(d, **norm)
+        self.attn = Attention(cfg, layer_type, rngs=rngs, param_dtype=param_dtype, dtype=dtype)
+        self.post_attention_norm = RMSNorm(d, **norm) if cfg.is_gemma else None
+        self.pre_ffw_norm = RMSNorm(d, **norm)
+        self.mlp = MLP(cfg, rngs=rngs, param_dtype=param_dtype, dtype=dtype)
+        self.post_ffw_norm = RMSNorm(d, **norm) if cfg.is_gemma else None
+        self.is_global = layer_type == FULL
+
+    def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array) -> jax.Array:
+        y = self.attn(self.pre_attention_norm(x), positions, mask)
+        if self.post_attention_norm is not None:
+            y = self.post_attention_norm(y)
+        x = x + y
+        y = self.mlp(self.pre_ffw_norm(x))
+        if self.post_ffw_norm is not None:
+            y = self.post_ffw_norm(y)
+        return x + y

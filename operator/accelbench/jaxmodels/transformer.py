@@ -1,0 +1,127 @@
+"""The decoder-only transformer shared by the Gemma 3 and Llama families.
+
+Tree layout (nnx paths):
+  embedder.input_embedding [vocab, embed]; embedder.output_embedding [vocab, embed] when untied
+  layers.<i>.{pre_attention_norm, post_attention_norm, pre_ffw_norm, post_ffw_norm}.scale
+  layers.<i>.attn.{q_einsum, kv_einsum, attn_vec_einsum}.w, layers.<i>.attn.{query,key}_norm.scale
+  layers.<i>.mlp.{gating_einsum, linear}.w
+  final_norm.scale
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax.numpy as jnp
+from flax import nnx
+
+import jax
+
+from .config import ModelConfig
+from .layers import Block, RMSNorm, attention_mask, softcap
+from .lora import ATTENTION_TARGETS, MLP_TARGETS, validate_targets
+
+
+class Embedder(nnx.Module):
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, param_dtype: jnp.dtype) -> None:
+        shape = (cfg.vocab_size, cfg.hidden)
+        self.input_embedding = nnx.Param(jax.random.normal(rngs.params(), shape, param_dtype) * 0.02)
+        self.output_embedding = (
+            None
+            if cfg.tied_embeddings
+            else nnx.Param(jax.random.normal(rngs.params(), shape, param_dtype) * 0.02)
+        )
+        self.scale = cfg.embed_scale
+
+    def encode(self, ids: jax.Array, dtype: jnp.dtype) -> jax.Array:
+        table = self.input_embedding[...]
+        # transformers multiplies in the weight dtype (the sqrt(hidden) factor rounded to it); so do we.
+        return (table[ids] * jnp.asarray(self.scale, table.dtype)).astype(dtype)
+
+    def decode(self, x: jax.Array) -> jax.Array:
+        table = self.input_embedding if self.output_embedding is None else self.output_embedding
+        return jnp.einsum("btd,vd->btv", x, table[...].astype(x.dtype))
+
+
+class Transformer(nnx.Module):
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        *,
+        rngs: nnx.Rngs,
+        param_dtype: jnp.dtype = jnp.float32,
+        dtype: jnp.dtype = jnp.bfloat16,
+        remat: bool = False,
+    ) -> None:
+        # Only hashable scalars as static attributes (jit caches on the graph definition).
+        self.sliding_window = cfg.sliding_window
+        self.final_softcap = cfg.final_softcap
+        self.dtype = dtype
+        self.remat = remat
+        self.embedder = Embedder(cfg, rngs=rngs, param_dtype=param_dtype)
+        self.layers = nnx.List(
+            [Block(cfg, kind, rngs=rngs, param_dtype=param_dtype, dtype=dtype) for kind in cfg.layer_types]
+        )
+        self.final_norm = RMSNorm(
+            cfg.hidden, eps=cfg.norm_eps, offset=cfg.norm_offset, param_dtype=param_dtype
+        )
+
+    def add_lora(
+        self,
+        targets: Sequence[str],
+        *,
+        rank: int,
+        alpha: float,
+        seed: int = 0,
+        param_dtype: jnp.dtype = jnp.float32,
+    ) -> None:
+        """Attach adapters (B = 0, so the function is unchanged) to the named projections of every layer.
+
+        Adapters default to float32 even on a bf16 base, as PEFT does (autocast_adapter_dtype).
+        """
+        chosen = validate_targets(targets)
+        rngs = nnx.Rngs(params=seed)
+        attn = tuple(t for t in chosen if t in ATTENTION_TARGETS)
+        mlp = tuple(t for t in chosen if t in MLP_TARGETS)
+        for block in self.layers:
+            block.attn.add_lora(attn, rank, alpha, rngs, param_dtype)
+            block.mlp.add_lora(mlp, rank, alpha, rngs, param_dtype)
+
+    def hidden_states(self, input_ids: jax.Array, positions: jax.Array, segment_ids: jax.Array) -> jax.Array:
+        """Final-norm output [B, T, embed] in the compute dtype."""
+        x = self.embedder.encode(input_ids, self.dtype)
+        # Two masks at most (global and local), built once and shared by the layers.
+        masks = {None: attention_mask(segment_ids, None)}
+        if self.sliding_window is not None:
+            masks[self.sliding_window] = attention_mask(segment_ids, self.sliding_window)
+        for block in self.layers:
+            mask = masks[block.attn.window]
+            x = _checkpointed(block, x, positions, mask) if self.remat else block(x, positions, mask)
+        return self.final_norm(x)
+
+    def logits(self, hidden: jax.Array) -> jax.Array:
+        return softcap(self.embedder.decode(hidden), self.final_softcap)
+
+    def __call__(self, input_ids: jax.Array, positions: jax.Array, segment_ids: jax.Array) -> jax.Array:
+        """Logits [B, T, vocab] in the compute dtype."""
+        return self.logits(self.hidden_states(input_ids, positions, segment_ids))
+
+
+def _checkpointed(block: Block, x: jax.Array, positions: jax.Array, mask: jax.Array) -> jax.Array:
+    """Run a block under jax.checkpoint: its activations are recomputed in the backward pass.
+
+    A pure function of the block's state (blocks mutate nothing), rather than nnx.remat, which
+    tries to write state back and fails when the adapters and the frozen base come from different
+    traces (LoRA under jax.grad).
+    """
+    graphdef, state = nnx.split(block)
+
+    def run(state: nnx.State, h: jax.Array, p: jax.Array, m: jax.Array) -> jax.Array:
+        return nnx.merge(graphdef, state)(h, p, m)
+
+    return jax.checkpoint(run)(state, x, positions, mask)
+
+
+def abstract_model(cfg: ModelConfig, **kwargs: object) -> Transformer:
+    """The model with shape-only parameters: build it without allocating random weights."""
+    return nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0), **kwargs))

@@ -1,0 +1,128 @@
+"""The jitted training and eval steps: the shared loss formula, accumulation, AdamW.
+
+The model is split once into (graph, trainable, frozen): LoRA trains only `nnx.LoRAParam`
+variables, so gradients and Adam moments exist for the adapters alone and the frozen base is an
+ordinary (non-donated) argument of the step; full fine-tuning trains every `nnx.Param`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+import jax
+
+from ....jaxmodels import Transformer
+from .. import ADAM_BETAS, ADAM_EPS, MAX_GRAD_NORM, learning_rate_at
+
+MODEL_INPUTS = ("input_ids", "positions", "segment_ids")
+
+
+def masked_ce_sum(logits: jax.Array, targets: jax.Array, loss_mask: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """sum(ce·mask) and sum(mask), cross-entropy in float32 (workers.data's one loss formula)."""
+    logits = logits.astype(jnp.float32)
+    lse = jax.nn.logsumexp(logits, axis=-1)
+    picked = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+    mask = loss_mask.astype(jnp.float32)
+    return jnp.sum((lse - picked) * mask), jnp.sum(mask)
+
+
+def learning_rates(training: Any, total_steps: int) -> np.ndarray:
+    """The schedule as a table from the shared `learning_rate_at`, so both frameworks step alike."""
+    return np.asarray(
+        [
+            learning_rate_at(
+                i, training.learning_rate, training.warmup_steps, total_steps, str(training.schedule)
+            )
+            for i in range(max(total_steps, 1))
+        ],
+        dtype=np.float32,
+    )
+
+
+def build_optimizer(training: Any, total_steps: int) -> optax.GradientTransformation:
+    table = jnp.asarray(learning_rates(training, total_steps))
+
+    def schedule(count: jax.Array) -> jax.Array:
+        return table[jnp.minimum(count, table.shape[0] - 1)]
+
+    def decay_mask(params: Any) -> Any:
+        # Matrices decay; norm scales (1-D) do not: the same rule as the PyTorch worker.
+        return jax.tree.map(lambda p: p.ndim >= 2, params)
+
+    return optax.chain(
+        optax.clip_by_global_norm(MAX_GRAD_NORM),
+        optax.adamw(
+            schedule,
+            b1=ADAM_BETAS[0],
+            b2=ADAM_BETAS[1],
+            eps=ADAM_EPS,
+            weight_decay=training.weight_decay,
+            mask=decay_mask,
+        ),
+    )
+
+
+@dataclass
+class Split:
+    graphdef: nnx.GraphDef
+    trainable: nnx.State
+    frozen: nnx.State
+
+
+def split_model(model: Transformer, lora: bool) -> Split:
+    wrt = nnx.LoRAParam if lora else nnx.Param
+    graphdef, trainable, frozen = nnx.split(model, wrt, ...)
+    return Split(graphdef, trainable, frozen)
+
+
+def _ce_of(graphdef: nnx.GraphDef, trainable: nnx.State, frozen: nnx.State, batch: dict[str, jax.Array]):
+    model = nnx.merge(graphdef, trainable, frozen)
+    logits = model(*(batch[k] for k in MODEL_INPUTS))
+    return masked_ce_sum(logits, batch["targets"], batch["loss_mask"])
+
+
+def make_train_step(
+    graphdef: nnx.GraphDef, tx: optax.GradientTransformation, state_shardings: tuple[Any, Any, Any]
+) -> Callable[..., Any]:
+    """step(trainable, opt_state, frozen, micro, global_tokens) -> (trainable, opt_state, loss).
+
+    `micro` holds the step's micro-batches stacked: [A, B, T] arrays, A = accumulation steps.
+
+    Micro-batches run in a `lax.scan`, gradients of sum(ce·mask) are summed, then divided once by the
+    step's global loss-token count: every token weighs the same whatever micro-batch it is in.
+    `state_shardings` (trainable, opt_state, loss) pins the outputs to the inputs' placement: left
+    free, XLA may pick another one for a small tensor and the next call would not match the compile.
+    """
+
+    def ce_sum(trainable: nnx.State, frozen: nnx.State, batch: dict[str, jax.Array]) -> jax.Array:
+        return _ce_of(graphdef, trainable, frozen, batch)[0]
+
+    grad_fn = jax.value_and_grad(ce_sum)
+
+    def step(trainable, opt_state, frozen, micro, global_tokens):
+        def accumulate(carry, batch):
+            grads, total = carry
+            value, g = grad_fn(trainable, frozen, batch)
+            return (jax.tree.map(jnp.add, grads, g), total + value), None
+
+        zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), trainable)
+        (grads, total), _ = jax.lax.scan(accumulate, (zeros, jnp.zeros((), jnp.float32)), micro)
+        grads = jax.tree.map(lambda g, p: (g / global_tokens).astype(p.dtype), grads, trainable)
+        updates, opt_state = tx.update(grads, opt_state, trainable)
+        return optax.apply_updates(trainable, updates), opt_state, total / global_tokens
+
+    return jax.jit(step, donate_argnums=(0, 1), out_shardings=state_shardings)
+
+
+def make_eval_step(graphdef: nnx.GraphDef) -> Callable[..., Any]:
+    def step(trainable, frozen, batch):
+        return _ce_of(graphdef, trainable, frozen, batch)
+
+    return jax.jit(step)

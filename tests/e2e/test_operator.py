@@ -1,0 +1,258 @@
+"""The operator in a real control plane: CRDs, placement on the simulated pools, conditions,
+a real worker run through the local executor, retries, garbage collection, restarts."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import Env, wait_for
+
+from accelbench.workers.testing import make_chat_dataset, make_tiny_model
+
+ROOT = Path(__file__).resolve().parents[2]
+FT = "finetunejobs"
+
+
+def finetune(name: str, accelerator: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "apiVersion": "accelbench.io/v1alpha1",
+        "kind": "FinetuneJob",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "model": {"uri": "gs://bucket/models/llama-3.1-8b", "family": "llama", "size": "8b"},
+            "dataset": {"uri": "gs://bucket/data/chat.jsonl"},
+            "method": {"type": "lora", "rank": 16},
+            "training": {"seqLength": 1024, "globalBatchSize": 8, "maxSteps": 10},
+            "accelerator": accelerator,
+        },
+    }
+    body["spec"].update(spec)
+    return body
+
+
+def job_of(env: Env, name: str) -> Any:
+    return env.batch.read_namespaced_job(f"{name}-train", "default")
+
+
+def pods_of(env: Env, name: str) -> list[Any]:
+    return env.core.list_namespaced_pod("default", label_selector=f"accelbench.io/name={name}").items
+
+
+def node_labels(env: Env, node: str) -> dict[str, str]:
+    return env.core.read_node(node).metadata.labels
+
+
+def condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    return next((c for c in obj.get("status", {}).get("conditions", []) if c["type"] == kind), None)
+
+
+def delete(env: Env, name: str) -> None:
+    env.kubectl("delete", f"{FT}/{name}", "--ignore-not-found", "--wait=false")
+
+
+# --------------------------------------------------------------------------- CRDs and validation
+
+
+def test_crds_are_established_with_printer_columns(env: Env) -> None:
+    out = env.kubectl("get", "crd", "finetunejobs.accelbench.io", "-o", "yaml").stdout
+    crd = yaml.safe_load(out)
+    assert {c["type"]: c["status"] for c in crd["status"]["conditions"]}["Established"] == "True"
+    # the category lists both kinds once discovery has caught up with the new CRDs
+    wait_for(lambda: env.kubectl("get", "accelbench", check=False).returncode == 0, what="category")
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"method": {"type": "lora"}}, "method lora needs a rank"),
+        ({"accelerator": {"type": "tpu-v5p", "topology": "3x3x3"}}, "topology is not valid for this TPU type"),
+        ({"accelerator": {"type": "tpu-v5p", "count": 4}}, "TPU slices are sized by topology, not count"),
+        ({"accelerator": {"type": "a100"}}, "Unsupported value: \"a100\""),
+        ({"training": {"seqLength": 4}}, "should be greater than or equal to 8"),
+    ],
+)
+def test_invalid_objects_are_refused_by_the_apiserver(env: Env, change: dict[str, Any], message: str) -> None:
+    body = finetune("invalid", {"type": "h100", "count": 1})
+    body["spec"].update(change)
+    done = env.apply(body, check=False)
+    assert done.returncode != 0
+    assert message in done.stderr, done.stderr
+
+
+def test_spec_the_planner_rejects_gets_invalid_spec_condition(env: Env) -> None:
+    body = finetune("too-small", {"type": "h100", "count": 1}, method={"type": "full"})
+    body["spec"]["model"] = {"uri": "pvc://m/70b", "family": "llama", "size": "70b"}
+    env.apply(body)
+    obj = wait_for(lambda: (o := env.get(FT, "too-small")).get("status", {}).get("phase") == "Failed" and o,
+                   what="phase Failed")
+    ready = condition(obj, "Ready")
+    assert ready and ready["status"] == "False" and ready["reason"] == "InvalidSpec"
+    assert "needs >= " in ready["message"]
+    assert not pods_of(env, "too-small")
+    delete(env, "too-small")
+
+
+# --------------------------------------------------------------------------- placement on the pools
+
+
+def test_multi_host_tpu_job_gets_indexed_job_headless_service_and_tpu_nodes(env: Env) -> None:
+    env.apply(finetune("tpu-multi", {"type": "tpu-v5p", "topology": "2x2x2"}))
+    job = wait_for(lambda: job_of(env, "tpu-multi"), what="train Job")
+    assert job.spec.completion_mode == "Indexed"
+    assert job.spec.completions == 2 and job.spec.parallelism == 2
+    service = env.core.read_namespaced_service("tpu-multi-train", "default")
+    assert service.spec.cluster_ip == "None"
+    pods = wait_for(lambda: [p for p in pods_of(env, "tpu-multi") if p.spec.node_name] or None, what="bound pods")
+    pods = wait_for(lambda: len(b := [p for p in pods_of(env, "tpu-multi") if p.spec.node_name]) == 2 and b)
+    for pod in pods:
+        labels = node_labels(env, pod.spec.node_name)
+        assert labels["cloud.google.com/gke-tpu-accelerator"] == "tpu-v5p-slice"
+        assert labels["cloud.google.com/gke-tpu-topology"] == "2x2x2"
+    assert len({p.spec.node_name for p in pods}) == 2  # one pod per host
+    obj = env.get(FT, "tpu-multi")
+    assert obj["status"]["plan"]["hosts"] == 2
+    assert obj["status"]["accelerator"].startswith("tpu-v5p")
+    delete(env, "tpu-multi")
+
+
+@pytest.mark.parametrize(
+    ("accelerator", "label", "value"),
+    [
+        ({"type": "h100", "count": 2}, "cloud.google.com/gke-accelerator", "nvidia-h100-80gb"),
+        ({"type": "h200", "count": 1}, "cloud.google.com/gke-accelerator", "nvidia-h200-141gb"),
+        ({"type": "gaudi3", "count": 1}, "habana.ai/device.name", "gaudi3"),
+    ],
+)
+def test_gpu_and_gaudi_jobs_land_on_their_pool(env: Env, accelerator: dict[str, Any], label: str, value: str) -> None:
+    name = f"pool-{accelerator['type']}"
+    env.apply(finetune(name, accelerator))
+    pod = wait_for(
+        lambda: next((p for p in pods_of(env, name) if p.spec.node_name), None),
+        what=f"bound pod (status: {env.get(FT, name).get('status', {}).get('message')})",
+    )
+    assert node_labels(env, pod.spec.node_name)[label] == value
+    delete(env, name)
+
+
+def test_job_no_pool_can_hold_is_unschedulable_with_the_schedulers_reason(env: Env) -> None:
+    # 16 H100 = 2 hosts of 8; the local pool has one such host, so the second pod cannot be placed.
+    env.apply(finetune("no-room", {"type": "h100", "count": 16}))
+
+    def unschedulable() -> dict[str, Any] | None:
+        obj = env.get(FT, "no-room")
+        scheduled = condition(obj, "Scheduled")
+        return obj if scheduled and scheduled["reason"] == "Unschedulable" else None
+
+    obj = wait_for(unschedulable, timeout=90, what="Unschedulable condition")
+    message = condition(obj, "Scheduled")["message"]
+    assert "nodes are available" in message, message
+    delete(env, "no-room")
+
+
+# --------------------------------------------------------------------------- real runs, local executor
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    base = tmp_path_factory.mktemp("tiny")
+    model = make_tiny_model(base / "model", family="llama")
+    data = make_chat_dataset(base / "chat.jsonl", n=48)
+    return {"model": str(model), "data": str(data)}
+
+
+def local_job(name: str, tiny: dict[str, str], **training: Any) -> dict[str, Any]:
+    body = yaml.safe_load((ROOT / "examples/quickstart/finetune-tiny-cpu.yaml").read_text())
+    body["metadata"]["name"] = name
+    body["spec"]["model"]["uri"] = tiny["model"]
+    body["spec"]["dataset"]["uri"] = tiny["data"]
+    body["spec"]["training"].update({"maxSteps": 6, **training})
+    return body
+
+
+def test_quickstart_runs_the_real_worker_and_reports_throughput_and_cost(env: Env, tiny: dict[str, str]) -> None:
+    env.apply(local_job("quick", tiny))
+    obj = wait_for(
+        lambda: (o := env.get(FT, "quick")).get("status", {}).get("phase") in ("Succeeded", "Failed") and o,
+        timeout=240,
+        what="terminal phase",
+    )
+    assert obj["status"]["phase"] == "Succeeded", obj["status"]
+    results = obj["status"]["results"]
+    assert results["tokensPerSecond"] > 0 and results["steps"] == 6
+    assert results["finalLoss"] is not None
+    assert obj["status"]["cost"]["hours"] > 0
+    assert condition(obj, "ResultValid")["status"] == "True"
+    table = env.kubectl("get", "finetunejobs", "quick").stdout
+    header, row = table.splitlines()[:2]
+    assert "TOKENS/S" in header and "COST $" in header
+    assert "Succeeded" in row and "cpu" in row
+
+
+def test_failing_worker_is_retried_then_failed_with_the_reason(env: Env, tiny: dict[str, str]) -> None:
+    body = local_job("crash", tiny)
+    body["spec"]["maxRetries"] = 1
+    # A model dir without weights: the worker fails at load (exit 1, a retryable error).
+    broken = Path(tiny["model"]).parent / "broken-model"
+    broken.mkdir(exist_ok=True)
+    (broken / "config.json").write_text((Path(tiny["model"]) / "config.json").read_text())
+    body["spec"]["model"]["uri"] = str(broken)
+    env.apply(body)
+    obj = wait_for(
+        lambda: (o := env.get(FT, "crash")).get("status", {}).get("phase") == "Failed" and o,
+        timeout=240,
+        what="phase Failed",
+    )
+    failed = condition(obj, "Failed") or condition(obj, "Succeeded")
+    assert failed is not None
+    reasons = {c["reason"] for c in obj["status"]["conditions"]}
+    assert reasons & {"BackoffLimitExceeded", "ContainerFailed", "WorkerError"}, obj["status"]
+    job = job_of(env, "crash")
+    assert (job.status.failed or 0) == 2  # the first try and one retry
+    delete(env, "crash")
+
+
+def test_deleting_the_resource_removes_its_children(env: Env) -> None:
+    env.apply(finetune("to-delete", {"type": "h100", "count": 1}))
+    wait_for(lambda: job_of(env, "to-delete"), what="train Job")
+    env.kubectl("delete", f"{FT}/to-delete", "--wait=true", "--timeout=60s")
+
+    def gone() -> bool:
+        try:
+            job_of(env, "to-delete")
+        except Exception as exc:  # 404 once the garbage collector removed it
+            return getattr(exc, "status", None) == 404
+        return False
+
+    wait_for(gone, timeout=90, what="garbage collection of the Job")
+
+
+def test_operator_restart_mid_run_makes_no_duplicates_and_the_job_finishes(
+    env: Env, tiny: dict[str, str]
+) -> None:
+    env.apply(local_job("restart", tiny, maxSteps=12))
+    wait_for(lambda: (o := env.get(FT, "restart")).get("status", {}).get("phase") == "Running" and o,
+             timeout=120, what="Running")
+    uid_before = job_of(env, "restart").metadata.uid
+    env.operator.restart()
+    obj = wait_for(
+        lambda: (o := env.get(FT, "restart")).get("status", {}).get("phase") in ("Succeeded", "Failed") and o,
+        timeout=240,
+        what="terminal phase after restart",
+    )
+    assert obj["status"]["phase"] == "Succeeded", obj["status"]
+    jobs = env.batch.list_namespaced_job("default", label_selector="accelbench.io/name=restart").items
+    assert [j.metadata.uid for j in jobs] == [uid_before]
+    assert len(pods_of(env, "restart")) == 1
+
+
+def test_operator_survived_everything(env: Env) -> None:
+    assert env.operator.process is not None and env.operator.process.poll() is None
+    assert "Traceback" not in env.operator.log() or "Unhandled" not in env.operator.log()
+
+
+def _unused(body: dict[str, Any]) -> dict[str, Any]:
+    return copy.deepcopy(body)
