@@ -84,7 +84,9 @@ def container_env(pod: dict[str, Any], container: dict[str, Any], termination_fi
             LOG.warning("pod %s: env %s uses an unsupported source; left unset", name_of(pod), item["name"])
     for key in ("MASTER_ADDR", "JAX_COORDINATOR_ADDRESS"):
         if key in env:
-            host, sep, port = env[key].rpartition(":") if key == "JAX_COORDINATOR_ADDRESS" else (env[key], "", "")
+            host, sep, port = (
+                env[key].rpartition(":") if key == "JAX_COORDINATOR_ADDRESS" else (env[key], "", "")
+            )
             if not re.fullmatch(r"[0-9.]+", host):
                 env[key] = f"127.0.0.1{sep}{port}"
     env["ACCELBENCH_TERMINATION_LOG"] = str(termination_file)
@@ -98,7 +100,9 @@ def name_of(pod: dict[str, Any]) -> str:
     return f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
 
 
-def termination_message(container: dict[str, Any], termination_file: Path, log_file: Path, failed: bool) -> str:
+def termination_message(
+    container: dict[str, Any], termination_file: Path, log_file: Path, failed: bool
+) -> str:
     """The file's content, or the log's tail for FallbackToLogsOnError when the file is empty."""
     text = ""
     if termination_file.exists():
@@ -133,11 +137,9 @@ def running_status(pod: dict[str, Any], container: dict[str, Any], started: str,
     }
 
 
-def terminated_status(
-    container: dict[str, Any], started: str, code: int, message: str
-) -> dict[str, Any]:
+def terminated_status(container: dict[str, Any], started: str, code: int, message: str) -> dict[str, Any]:
     finished = now()
-    reason = "Completed" if code == 0 else ("OOMKilled" if code == 137 else "Error")
+    reason = "Completed" if code == 0 else "Error"  # no cgroup here, so never OOMKilled
     terminated: dict[str, Any] = {
         "exitCode": code,
         "reason": reason,

@@ -52,7 +52,9 @@ class Env:
     def custom(self) -> client.CustomObjectsApi:
         return client.CustomObjectsApi(self.api)
 
-    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def kubectl(
+        self, *args: str, stdin: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(
             [str(localcluster.bin_dir() / "kubectl"), f"--kubeconfig={self.cluster.kubeconfig}", *args],
             input=stdin,

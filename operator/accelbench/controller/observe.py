@@ -266,6 +266,7 @@ def _failed(job: Obj, pods: Sequence[Obj], failed: Mapping[str, Any]) -> Observa
         reason=reason,
         message=message,
         conditions=(
+            *_placed(pods),
             _cond(ConditionType.RUNNING, False, reason, message),
             _cond(ConditionType.FAILED, True, reason, message),
         ),
@@ -277,6 +278,13 @@ def _failed(job: Obj, pods: Sequence[Obj], failed: Mapping[str, Any]) -> Observa
     )
 
 
+def _placed(pods: Sequence[Obj]) -> tuple[Condition, ...]:
+    """Scheduled=True once any pod reached a node, so a finished run keeps no stale Scheduling."""
+    if any((p.get("spec") or {}).get("nodeName") for p in pods):
+        return (_cond(ConditionType.SCHEDULED, True, Reason.SCHEDULED, "pods were placed on nodes"),)
+    return ()
+
+
 def _succeeded(job: Obj, pods: Sequence[Obj], complete: Mapping[str, Any]) -> Observation:
     message = "the Job completed"
     return Observation(
@@ -284,6 +292,8 @@ def _succeeded(job: Obj, pods: Sequence[Obj], complete: Mapping[str, Any]) -> Ob
         reason=Reason.COMPLETED.value,
         message=message,
         conditions=(
+            # A Job that completed had its pods placed, even if it finished before a pass saw them.
+            _cond(ConditionType.SCHEDULED, True, Reason.SCHEDULED, "all pods were placed on nodes"),
             _cond(ConditionType.RUNNING, False, Reason.COMPLETED, message),
             _cond(ConditionType.SUCCEEDED, True, Reason.COMPLETED, message),
         ),

@@ -1,0 +1,76 @@
+"""A zero-latency OpenAI-compatible streaming server for measuring load generators, not servers.
+
+Raw asyncio Protocol, HTTP/1.1 keep-alive, chunked transfer encoding. Every answer is produced at
+once: `max_tokens` SSE events of one token each (pre-encoded), a usage event and [DONE], written
+without any delay, so whatever latency a client reports is its own (plus loopback).
+Runs in its own process; start it with: python zero_server.py --port 8150
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+
+_TOKEN = b'data: {"id":"z","object":"text_completion","model":"zero","choices":[{"index":0,"text":" a"}]}\n\n'
+_CHAT_TOKEN = (
+    b'data: {"id":"z","object":"chat.completion.chunk","model":"zero",'
+    b'"choices":[{"index":0,"delta":{"content":" a"}}]}\n\n'
+)
+_MAX = re.compile(rb'"max(?:_completion)?_tokens"\s*:\s*(\d+)')
+_STREAM_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+_MODELS = json.dumps({"object": "list", "data": [{"id": "zero", "object": "model"}]}).encode()
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+class Http(asyncio.Protocol):
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.t = transport
+        self.buf = b""
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        while True:
+            end = self.buf.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            head = self.buf[:end]
+            m = re.search(rb"(?i)content-length:\s*(\d+)", head)
+            length = int(m.group(1)) if m else 0
+            if len(self.buf) < end + 4 + length:
+                return
+            body = self.buf[end + 4 : end + 4 + length]
+            self.buf = self.buf[end + 4 + length :]
+            self.respond(head.split(b" ", 2)[1], body)
+
+    def respond(self, path: bytes, body: bytes) -> None:
+        if path.startswith(b"/v1/models") or path.startswith(b"/health"):
+            self.t.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                         % (len(_MODELS), _MODELS))  # fmt: skip
+            return
+        m = _MAX.search(body)
+        n = int(m.group(1)) if m else 16
+        token = _CHAT_TOKEN if path.endswith(b"chat/completions") else _TOKEN
+        usage = b'data: {"id":"z","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":%d}}\n\n' % n
+        self.t.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+        )
+        for _ in range(n):
+            self.t.write(_chunk(token))
+        self.t.write(_chunk(usage) + _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+
+
+async def serve(port: int) -> None:
+    server = await asyncio.get_running_loop().create_server(Http, "127.0.0.1", port, backlog=4096)
+    async with server:
+        await server.serve_forever()
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--port", type=int, default=8150)
+    asyncio.run(serve(p.parse_args().port))

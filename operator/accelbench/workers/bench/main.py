@@ -1,0 +1,287 @@
+"""`python -m accelbench.workers.bench`: the InferenceBench client pod's entry point.
+
+Configuration comes from the env the operator renders (render/inference.py): ACCELBENCH_JOB (spec
+and plan), ACCELBENCH_ENDPOINT, ACCELBENCH_HEALTH_PATH, ACCELBENCH_READY_TIMEOUT_SECONDS,
+ACCELBENCH_RESULTS_CONFIGMAP, POD_NAMESPACE, ACCELBENCH_TERMINATION_LOG. Command-line flags
+override it, for local runs (`--endpoint http://127.0.0.1:8000 --concurrency 1,4 --out r.json`).
+
+Exit codes as in render/finetune.py: 0 done, 1 failed (server never ready, every request failed),
+3 invalid configuration (the Job does not retry it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import platform
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from ... import __version__
+from ...api.inference import InferenceBenchSpec, RequestApi, Slo, Workload
+from .client import discover_model, make_session, probe, wait_ready
+from .prompts import ApproxTokenizer, LocalTokenizer, PromptFactory, Tokenizer, probe_server_tokenizer
+from .results import (
+    RESULTS_SCHEMA_VERSION,
+    bench_results,
+    cost_block,
+    worker_report,
+    write_configmap,
+    write_local,
+    write_termination_log,
+)
+from .runner import Runner, RunSettings
+from .sweep import run_sweep
+
+log = logging.getLogger("accelbench.bench")
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_INVALID_CONFIG = 3
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def _floats(text: str) -> list[float]:
+    return [float(x) for x in text.split(",") if x.strip()]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m accelbench.workers.bench", description=__doc__.split("\n")[0])
+    p.add_argument("--job", help="ACCELBENCH_JOB payload: JSON text or @file (default: the env var)")
+    p.add_argument("--endpoint", help="server base URL (default: ACCELBENCH_ENDPOINT)")
+    p.add_argument("--health-path", help="health path (default: ACCELBENCH_HEALTH_PATH; none: TCP connect)")
+    p.add_argument("--ready-timeout", type=float, help="seconds to wait for the server")
+    p.add_argument("--model", help="model name to send (default: the first of /v1/models)")
+    p.add_argument("--tokenizer", help="local tokenizer directory when the server has no /tokenize")
+    p.add_argument("--no-server-tokenizer", action="store_true", help="do not use the engine's /tokenize")
+    p.add_argument("--api", choices=[a.value for a in RequestApi])
+    p.add_argument("--input-lengths", type=_ints)
+    p.add_argument("--output-length", type=int)
+    p.add_argument("--concurrency", type=_ints, help="closed-loop levels, e.g. 1,4,16 (empty string: none)")
+    p.add_argument("--rates", type=_floats, help="open-loop Poisson request rates per second")
+    p.add_argument("--requests", type=int, help="requests per cell")
+    p.add_argument("--seconds", type=float, help="seconds per cell")
+    p.add_argument("--warmup", type=int, help="warm-up requests before each cell (excluded)")
+    p.add_argument("--slo-ttft-ms", type=float)
+    p.add_argument("--slo-tpot-ms", type=float)
+    p.add_argument("--slo-e2e-ms", type=float)
+    p.add_argument("--slo-attainment", type=float, default=None)
+    p.add_argument("--no-capacity-search", action="store_true")
+    p.add_argument("--max-concurrency", type=int, default=1024, help="capacity search ceiling")
+    p.add_argument("--request-timeout", type=float, default=600.0)
+    p.add_argument("--extra-body", default="{}", help="JSON merged into every request body")
+    p.add_argument("--dollars-per-chip-hour", type=float)
+    p.add_argument("--chips", type=int)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--transport", choices=["raw", "aiohttp"], default="raw", help="HTTP client for the measured requests"
+    )
+    p.add_argument("--out", help="also write the full results JSON here")
+    return p
+
+
+def load_job(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
+    text = args.job if args.job is not None else env.get("ACCELBENCH_JOB")
+    if not text:
+        return {}
+    if text.startswith("@"):
+        with open(text[1:]) as f:
+            text = f.read()
+    try:
+        job = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"ACCELBENCH_JOB is not JSON: {exc}") from None
+    if not isinstance(job, dict):
+        raise ConfigError("ACCELBENCH_JOB must be a JSON object")
+    return job
+
+
+def resolve_workload(job: dict[str, Any], args: argparse.Namespace) -> tuple[Workload, Slo | None, bool]:
+    """Workload and SLO: the spec's, with command-line overrides applied and validated again."""
+    spec = job.get("spec") or {}
+    try:
+        workload = (
+            InferenceBenchSpec.model_validate(spec).workload if spec.get("model") else Workload()
+        ).model_dump()
+        slo_obj = InferenceBenchSpec.model_validate(spec).slo if spec.get("model") else None
+    except ValueError as exc:
+        raise ConfigError(f"invalid spec: {exc}") from None
+    overrides = {
+        "api": args.api,
+        "input_lengths": args.input_lengths,
+        "output_length": args.output_length,
+        "concurrency": args.concurrency,
+        "request_rates": args.rates,
+        "requests_per_point": args.requests,
+        "seconds_per_point": args.seconds,
+        "warmup_requests": args.warmup,
+    }
+    workload.update({k: v for k, v in overrides.items() if v is not None})
+    if args.rates is not None and args.concurrency is None:
+        workload["concurrency"] = []  # --rates alone means an open-loop-only run
+    slo = slo_obj.model_dump() if slo_obj else {}
+    for key, value in (
+        ("ttft_ms", args.slo_ttft_ms),
+        ("tpot_ms", args.slo_tpot_ms),
+        ("e2e_ms", args.slo_e2e_ms),
+        ("attainment", args.slo_attainment),
+    ):
+        if value is not None:
+            slo[key] = value
+    try:
+        wl = Workload.model_validate(workload)
+        bounded = any(slo.get(k) for k in ("ttft_ms", "tpot_ms", "e2e_ms"))
+        slo_model = Slo.model_validate(slo) if bounded else None
+    except ValueError as exc:
+        raise ConfigError(f"invalid workload or slo: {exc}") from None
+    search = bool(spec.get("capacitySearch", True)) and not args.no_capacity_search
+    return wl, slo_model, search
+
+
+def pricing(job: dict[str, Any], args: argparse.Namespace) -> tuple[float | None, int, str]:
+    plan = job.get("plan") or {}
+    dollars = args.dollars_per_chip_hour
+    if dollars is None:
+        dollars = plan.get("dollarsPerChipHour")
+    chips = args.chips or int(plan.get("chips") or 1)
+    source = "command line" if args.dollars_per_chip_hour is not None else str(plan.get("priceSource") or "")
+    return dollars, chips, source
+
+
+async def pick_tokenizer(session, base_url: str, model: str, args: argparse.Namespace) -> Tokenizer:
+    if not args.no_server_tokenizer:
+        tok = await probe_server_tokenizer(session, base_url, model)
+        if tok is not None:
+            return tok
+    if args.tokenizer:
+        return LocalTokenizer(args.tokenizer)
+    log.warning("no exact tokenizer (server /tokenize or --tokenizer): input lengths are approximate")
+    return ApproxTokenizer()
+
+
+async def supports_ignore_eos(session, settings: RunSettings) -> bool:
+    """Whether the server accepts ignore_eos/min_tokens. Strict servers (transformers serve)
+    answer 4xx to unknown fields; then requests go without them, and answers that stop at EOS
+    show up per cell as outputTokens.requestsShort."""
+    if not settings.ignore_eos:
+        return False
+    from .openai import chat_body, completions_body
+
+    build = chat_body if settings.api == "chat" else completions_body
+    body = build(settings.model, "hello", 2, True, **settings.extra_body)
+    status, text = await probe(session, settings.url, body)
+    if status == 200:
+        return True
+    log.warning(
+        "server refused ignore_eos/min_tokens (HTTP %s: %s): sending without them", status, text[:200]
+    )
+    return False
+
+
+def versions() -> dict[str, str]:
+    import aiohttp
+
+    return {"accelbench": __version__, "python": platform.python_version(), "aiohttp": aiohttp.__version__}
+
+
+async def run(args: argparse.Namespace, env: dict[str, str]) -> tuple[dict, Any]:
+    job = load_job(args, env)
+    workload, slo, search = resolve_workload(job, args)
+    base_url = (args.endpoint or env.get("ACCELBENCH_ENDPOINT") or "").rstrip("/")
+    if not base_url:
+        raise ConfigError("no endpoint: set ACCELBENCH_ENDPOINT or --endpoint")
+    health = args.health_path if args.health_path is not None else env.get("ACCELBENCH_HEALTH_PATH")
+    timeout = args.ready_timeout or float(env.get("ACCELBENCH_READY_TIMEOUT_SECONDS") or 1800)
+    ready = await wait_ready(base_url, health or None, timeout)
+    if not ready.ready:
+        raise TimeoutError(f"server {base_url} not ready after {ready.seconds:.0f} s ({ready.detail})")
+    log.info("server ready after %.1f s", ready.seconds)
+    async with make_session(4) as session:
+        model = args.model or await discover_model(session, base_url)
+        tokenizer = await pick_tokenizer(session, base_url, model, args)
+        prompts = PromptFactory(tokenizer, seed=args.seed)
+        await prompts.prepare(max(workload.input_lengths))
+        settings = RunSettings(
+            base_url=base_url,
+            model=model,
+            api=workload.api.value,
+            output_length=workload.output_length,
+            ignore_eos=workload.ignore_eos,
+            request_timeout_s=args.request_timeout,
+            extra_body=json.loads(args.extra_body),
+            warmup_requests=workload.warmup_requests,
+            seed=args.seed,
+            transport=args.transport,
+        )
+        ignore_eos = await supports_ignore_eos(session, settings)
+        settings.ignore_eos = ignore_eos
+        sweep = await run_sweep(Runner(settings, prompts), workload, slo, search, args.max_concurrency)
+    dollars, chips, source = pricing(job, args)
+    hourly = dollars * chips if dollars is not None else None
+    compact = bench_results(sweep.cells, sweep.capacity, hourly, ready.seconds)
+    full = {
+        "schemaVersion": RESULTS_SCHEMA_VERSION,
+        "generator": {"name": "accelbench.workers.bench", "transport": args.transport, **versions()},
+        "resource": job.get("metadata") or {},
+        "endpoint": base_url,
+        "model": model,
+        "api": workload.api.value,
+        "workload": workload.to_wire(),
+        "slo": slo.to_wire() if slo else None,
+        "tokenizer": {
+            "source": tokenizer.source,
+            "exact": tokenizer.exact,
+            "promptsOffTarget": prompts.inexact,
+        },
+        "serverStartupSeconds": ready.seconds,
+        "ignoreEos": {"requested": workload.ignore_eos, "sent": ignore_eos},
+        "definitions": {
+            "ttft": "first token event - scheduled send time",
+            "tpot": "(e2e - ttft) / (server output tokens - 1)",
+            "itl": "per token: chunk gap / tokens in the chunk",
+            "attainment": "share of all requests (errors included) meeting every SLO bound",
+        },
+        "cells": sweep.cells,
+        "capacity": {str(k): v for k, v in sweep.capacity.items()},
+        "cost": cost_block(sweep.capacity, sweep.cells, dollars, chips, source),
+        "summary": compact.to_wire(),
+    }
+    if sweep.cells and all(c["completed"] == 0 for c in sweep.cells):
+        raise RuntimeError(f"every request failed: {sweep.cells[0]['errorsByType']}")
+    return full, compact
+
+
+def main(argv: Sequence[str] | None = None, env: dict[str, str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    env = dict(os.environ) if env is None else env
+    args = build_parser().parse_args(argv)
+    started = time.perf_counter()
+    term_log = env.get("ACCELBENCH_TERMINATION_LOG")
+    try:
+        full, compact = asyncio.run(run(args, env))
+    except ConfigError as exc:
+        log.error("%s", exc)
+        write_termination_log(worker_report(None, time.perf_counter() - started, versions(), exc), term_log)
+        return EXIT_INVALID_CONFIG
+    except Exception as exc:
+        log.exception("bench failed")
+        write_termination_log(worker_report(None, time.perf_counter() - started, versions(), exc), term_log)
+        return EXIT_ERROR
+    write_local(full, args.out)
+    write_configmap(full, env.get("ACCELBENCH_RESULTS_CONFIGMAP"), env.get("POD_NAMESPACE"))
+    report = worker_report(compact, time.perf_counter() - started, versions())
+    write_termination_log(report, term_log)
+    print(json.dumps(full["summary"], indent=1))
+    return EXIT_OK

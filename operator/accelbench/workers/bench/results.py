@@ -1,0 +1,168 @@
+"""Results: compact cells for the WorkerReport, the full JSON, and where both are written.
+
+The compact BenchResults goes in the termination message (api/report.py thins the cell list to
+fit 4 KiB); the full per-cell JSON goes to the results ConfigMap and, with --out, a local file.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from ...api.report import ReportKind, Timings, WorkerError, WorkerReport
+from ...api.status import BenchCell, BenchResults
+from .capacity import dollars_per_million_tokens
+
+log = logging.getLogger("accelbench.bench")
+
+RESULTS_SCHEMA_VERSION = 1
+RESULTS_KEY = "results.json"
+CONFIGMAP_LIMIT_BYTES = 1_000_000  # etcd caps an object near 1 MiB
+
+
+def _pick(stats: dict | None, key: str) -> float | None:
+    return None if not stats else round(stats[key], 3)
+
+
+def compact_cell(cell: dict) -> BenchCell:
+    return BenchCell(
+        input_length=cell["inputLength"],
+        concurrency=cell.get("concurrency"),
+        request_rate=cell.get("requestRate"),
+        ttft_p50_ms=_pick(cell.get("ttftMs"), "p50"),
+        ttft_p99_ms=_pick(cell.get("ttftMs"), "p99"),
+        tpot_p50_ms=_pick(cell.get("tpotMs"), "p50"),
+        tpot_p99_ms=_pick(cell.get("tpotMs"), "p99"),
+        output_tokens_per_second=round(cell["outputTokensPerSecond"], 2),
+        attainment=None if cell.get("attainment") is None else round(cell["attainment"], 4),
+        errors=cell["errors"],
+    )
+
+
+def capacity_for_status(capacity: dict[int, dict]) -> dict | None:
+    """Status holds one capacity: the longest input length's, the most demanding one swept."""
+    if not capacity:
+        return None
+    return capacity[max(capacity)]
+
+
+def bench_results(
+    cells: list[dict], capacity: dict[int, dict], dollars_hour: float | None, startup_s: float | None
+) -> BenchResults:
+    peak = max((c["outputTokensPerSecond"] for c in cells), default=None)
+    cap = capacity_for_status(capacity) or {}
+    return BenchResults(
+        cells=[compact_cell(c) for c in cells],
+        capacity_concurrency=cap.get("capacityConcurrency"),
+        binding_constraint=cap.get("bindingConstraint"),
+        first_failing_concurrency=cap.get("firstFailingConcurrency"),
+        peak_output_tokens_per_second=round(peak, 2) if peak else None,
+        dollars_per_million_tokens_at_capacity=_round(
+            dollars_per_million_tokens(dollars_hour or 0.0, cap.get("outputTokensPerSecondAtCapacity"))
+            if dollars_hour
+            else None
+        ),
+        dollars_per_million_tokens_at_peak=_round(
+            dollars_per_million_tokens(dollars_hour, peak) if dollars_hour else None
+        ),
+        server_startup_seconds=None if startup_s is None else round(startup_s, 2),
+    )
+
+
+def _round(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def cost_block(
+    capacity: dict[int, dict], cells: list[dict], dollars_per_chip_hour: float | None, chips: int, source: str
+) -> dict[str, Any]:
+    """$ per 1M output tokens, per input length, at capacity and at that length's peak."""
+    if dollars_per_chip_hour is None:
+        return {"priceSource": None}
+    hourly = dollars_per_chip_hour * chips
+    per_length: dict[str, Any] = {}
+    for length in sorted({c["inputLength"] for c in cells}):
+        peak = max((c["outputTokensPerSecond"] for c in cells if c["inputLength"] == length), default=None)
+        at_cap = (capacity.get(length) or {}).get("outputTokensPerSecondAtCapacity")
+        per_length[str(length)] = {
+            "dollarsPerMillionOutputTokensAtCapacity": dollars_per_million_tokens(hourly, at_cap),
+            "dollarsPerMillionOutputTokensAtPeak": dollars_per_million_tokens(hourly, peak),
+            "peakOutputTokensPerSecond": peak,
+        }
+    return {
+        "dollarsPerChipHour": dollars_per_chip_hour,
+        "chips": chips,
+        "dollarsPerHour": hourly,
+        "priceSource": source,
+        "formula": "$/hour / (output tokens/s × 3600) × 1e6",
+        "byInputLength": per_length,
+    }
+
+
+def worker_report(
+    results: BenchResults | None, seconds: float, versions: dict[str, str], error: Exception | None = None
+) -> WorkerReport:
+    return WorkerReport(
+        kind=ReportKind.BENCH,
+        ok=error is None,
+        framework="accelbench-bench",
+        bench=results,
+        timings=Timings(total_seconds=round(seconds, 3)),
+        versions=versions,
+        error=None
+        if error is None
+        else WorkerError(type=type(error).__name__, message=str(error)[:2000] or type(error).__name__),
+    )
+
+
+def write_termination_log(report: WorkerReport, path: str | None) -> None:
+    if not path:
+        return
+    try:
+        Path(path).write_text(report.to_termination_message())
+    except OSError as exc:
+        log.warning("cannot write the termination message to %s: %s", path, exc)
+
+
+def write_local(full: dict, path: str | None) -> None:
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(full, indent=1, allow_nan=False))
+        log.info("wrote %s", path)
+
+
+def fit_configmap(full: dict, limit: int = CONFIGMAP_LIMIT_BYTES) -> str:
+    """The JSON for the ConfigMap; per-cell extras are dropped if an enormous sweep would not fit."""
+    text = json.dumps(full, separators=(",", ":"), allow_nan=False)
+    if len(text.encode()) <= limit:
+        return text
+    slim = dict(full)
+    dropped = ("itlMs", "scheduleLagMs")
+    slim["cells"] = [{k: v for k, v in c.items() if k not in dropped} for c in full["cells"]]
+    slim["truncated"] = True
+    return json.dumps(slim, separators=(",", ":"), allow_nan=False)
+
+
+def write_configmap(full: dict, name: str | None, namespace: str | None) -> bool:
+    """Patch the results ConfigMap; outside a cluster (no service account) it logs and skips."""
+    if not name or not namespace:
+        log.info("no results ConfigMap named (ACCELBENCH_RESULTS_CONFIGMAP/POD_NAMESPACE): skipped")
+        return False
+    if not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        log.info("not in a cluster: results ConfigMap %s/%s not written", namespace, name)
+        return False
+    try:
+        from kubernetes import client, config
+
+        config.load_incluster_config()
+        client.CoreV1Api().patch_namespaced_config_map(
+            name, namespace, {"data": {RESULTS_KEY: fit_configmap(full)}}
+        )
+    except Exception as exc:  # the termination message still carries the compact results
+        log.warning("cannot patch ConfigMap %s/%s: %s", namespace, name, exc)
+        return False
+    log.info("patched ConfigMap %s/%s key %s", namespace, name, RESULTS_KEY)
+    return True

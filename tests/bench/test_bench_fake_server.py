@@ -1,0 +1,217 @@
+"""The client against the calibrated fake server: figures match the known timeline.
+
+Fake server (conftest.fake_server): TTFT 50 ms, a chunk every 10 ms, chunk sizes 1, 3, 2 tokens in
+turn. For 30 output tokens that is 15 chunks, the last at 50 + 14 × 10 = 190 ms, so
+TPOT = 140 / 29 ms and the per-token ITLs are 10 ms (1-token chunks), 5 ms (2) and 3.33 ms (3).
+Medians are compared (the machine is shared; a single scheduling hiccup must not fail the test).
+
+Two references: the nominal timeline above, and the truth — the server stamps every chunk with
+the time it wrote it (`x_sent`, same monotonic clock as the client). On a loaded machine the fake
+server itself runs late; comparing with the truth keeps the test about the client's accuracy,
+while the nominal comparison keeps the fake honest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import statistics
+import time
+
+import pytest
+
+from accelbench.workers.bench import client as client_mod
+from accelbench.workers.bench import rawhttp
+from accelbench.workers.bench.client import make_session, stream_request
+from accelbench.workers.bench.prompts import PromptFactory, ServerTokenizer
+from accelbench.workers.bench.records import RequestRecord, TokenSource, request_metrics
+from accelbench.workers.bench.runner import Runner, RunSettings
+from accelbench.workers.bench.stats import CellKey, aggregate_cell
+
+pytestmark = pytest.mark.timeout(120)
+
+TTFT_MS, GAP_MS, N = 50.0, 10.0, 30
+CHUNKS = 15
+E2E_MS = TTFT_MS + (CHUNKS - 1) * GAP_MS
+TPOT_MS = (CHUNKS - 1) * GAP_MS / (N - 1)
+
+
+def _busy() -> bool:
+    """Oversubscribed machine: sub-millisecond tail assertions would measure the neighbours."""
+    return os.getloadavg()[0] > (os.cpu_count() or 1) * 0.75
+
+
+@pytest.fixture
+def truth(monkeypatch: pytest.MonkeyPatch) -> list[tuple[RequestRecord, list[float]]]:
+    """Capture the server's x_sent stamps of every request next to its record."""
+    seen: list[tuple[RequestRecord, list[float]]] = []
+    original = client_mod.apply_events
+
+    def capture(record: RequestRecord, events: list[tuple[float, bytes]]) -> None:
+        stamps = []
+        for _, payload in events:
+            if payload.startswith(b"{") and b"x_sent" in payload:
+                stamps.append(json.loads(payload)["x_sent"])
+        seen.append((record, stamps))
+        original(record, events)
+
+    monkeypatch.setattr(rawhttp, "apply_events", capture)
+    return seen
+
+
+# 2 % on a quiet machine (the issue's bar); wider when the machine is oversubscribed, where the
+# fake server and the client are both descheduled for milliseconds at a time.
+REL = 0.05 if _busy() else 0.02
+
+
+async def _runner(url: str, extra: dict | None = None, warmup: int = 2) -> Runner:
+    settings = RunSettings(
+        base_url=url, model="fake-model", output_length=N, extra_body=extra or {}, warmup_requests=warmup
+    )
+    # The fake's /tokenize counts words: exact lengths through the server-tokenizer path.
+    session = make_session(1)
+    prompts = PromptFactory(ServerTokenizer(session, url, "fake-model"))
+    await prompts.prepare(256)
+    runner = Runner(settings, prompts)
+    runner._session = session  # closed by the caller
+    return runner
+
+
+async def _closed(url: str, concurrency: int, count: int, extra: dict | None = None) -> dict:
+    runner = await _runner(url, extra)
+    try:
+        records = await runner.closed_loop(128, concurrency, count)
+    finally:
+        await runner._session.close()
+    return aggregate_cell(
+        CellKey(128, concurrency=concurrency), [request_metrics(r) for r in records], None, N
+    )
+
+
+def test_latencies_match_the_server_truth(fake_server: str, truth: list) -> None:
+    """Client TTFT/TPOT/ITL against what the server really did, request by request."""
+    cell = asyncio.run(_closed(fake_server, 1, 12, {"logprobs": 1}))
+    measured = [(request_metrics(r), stamps) for r, stamps in truth if not r.warmup and len(stamps) == CHUNKS]
+    assert len(measured) >= 12
+    ttft_err = [m.ttft - (stamps[0] - m.start) for m, stamps in measured]
+    assert 0 <= statistics.median(ttft_err) < 0.001  # delivery of the first chunk: under 1 ms
+    for m, stamps in measured:
+        true_tpot = (stamps[-1] - stamps[0]) / (N - 1)
+        assert m.tpot == pytest.approx(true_tpot, rel=REL)
+        gaps = [b - a for a, b in itertools.pairwise(stamps)]
+        assert sum(m.itl) == pytest.approx(sum(gaps), rel=REL)
+    assert cell["tokenCountSource"] == {TokenSource.EXACT: 12}
+
+
+def test_latencies_match_the_known_timeline(fake_server: str) -> None:
+    # logprobs makes every chunk's token count exact, so ITL is checked per token.
+    cell = asyncio.run(_closed(fake_server, 1, 12, {"logprobs": 1}))
+    assert cell["completed"] == 12 and cell["errors"] == 0
+    assert cell["tokenCountSource"] == {TokenSource.EXACT: 12}
+    # The fake's own lateness on a loaded machine counts here: 1 ms on a quiet one.
+    assert TTFT_MS <= cell["ttftMs"]["p50"] <= TTFT_MS + (3.0 if _busy() else 1.0)
+    assert cell["tpotMs"]["p50"] == pytest.approx(TPOT_MS, rel=REL)
+    assert cell["e2eMs"]["p50"] == pytest.approx(E2E_MS, abs=3.0 if _busy() else 1.5)
+    # 29 per-token ITLs per request: 15 of 3.33 ms, 10 of 5 ms, 4 of 10 ms.
+    assert cell["itlMs"]["p50"] == pytest.approx(GAP_MS / 3, rel=REL if not _busy() else 0.25)
+    assert cell["itlMs"]["mean"] == pytest.approx(TPOT_MS, rel=REL)
+    if not _busy():  # a late fake server shows up in the ITL tail; the truth test covers that case
+        assert cell["itlMs"]["p99"] == pytest.approx(GAP_MS, rel=REL)
+    assert cell["inputTokensMean"] == 128  # exact through the engine's /tokenize
+    assert cell["outputTokens"]["server"] == 12 * N and cell["outputTokens"]["client"] == 12 * N
+
+
+def test_without_per_chunk_counts_tpot_stays_exact(fake_server: str) -> None:
+    """No logprobs: chunk sizes are estimated, TPOT (server count) is not affected."""
+    cell = asyncio.run(_closed(fake_server, 1, 8))
+    assert cell["tokenCountSource"] == {TokenSource.ESTIMATED: 8}
+    assert cell["tpotMs"]["p50"] == pytest.approx(TPOT_MS, rel=REL)
+    assert cell["itlMs"]["mean"] == pytest.approx(TPOT_MS, rel=REL)
+    assert cell["outputTokens"] == {
+        "server": 8 * N,
+        "client": 8 * CHUNKS,  # the client saw 15 chunks, the server says 30 tokens
+        "requestsWithoutServerCount": 0,
+        "requestsShort": 0,
+    }
+
+
+def test_closed_loop_throughput(fake_server: str) -> None:
+    cell = asyncio.run(_closed(fake_server, 4, 24, {"logprobs": 1}))
+    expected = 4 * N / (cell["e2eMs"]["mean"] / 1000.0)  # four users, each 30 tokens per E2E
+    assert cell["e2eMs"]["p50"] == pytest.approx(E2E_MS, rel=0.02 if not _busy() else 0.05)
+    assert cell["outputTokensPerSecond"] == pytest.approx(expected, rel=REL)
+    assert cell["meanInFlight"] == pytest.approx(4, rel=REL)  # Little's law: no hidden queue
+    assert cell["requestsPerSecond"] == pytest.approx(4 / (cell["e2eMs"]["mean"] / 1000.0), rel=REL)
+
+
+def test_open_loop_schedule_lag_and_offered_load(fake_server: str) -> None:
+    async def run() -> dict:
+        runner = await _runner(fake_server, {"logprobs": 1}, warmup=2)
+        try:
+            records = await runner.open_loop(64, 40.0, 120)
+        finally:
+            await runner._session.close()
+        return aggregate_cell(CellKey(64, request_rate=40.0), [request_metrics(r) for r in records], None, N)
+
+    cell = asyncio.run(run())
+    assert cell["errors"] == 0 and cell["offeredRequestsPerSecond"] == 40.0
+    assert cell["scheduleLagMs"]["p50"] < 0.5
+    if not _busy():
+        assert cell["scheduleLagMs"]["p99"] < 1.0
+    # Achieved ≈ offered for a server that is never saturated (Poisson: wide tolerance on 120).
+    assert cell["achievedRequestsPerSecond"] == pytest.approx(40.0, rel=0.35)
+    assert TTFT_MS <= cell["ttftMs"]["p50"] <= TTFT_MS + (3.0 if _busy() else 1.5)
+
+
+def test_errors_are_counted_by_type(fake_server: str) -> None:
+    async def one(prompt: str, timeout: float = 30.0) -> RequestRecord:
+        async with make_session(1) as session:
+            body = {"model": "fake-model", "prompt": prompt, "max_tokens": 8, "stream": True}
+            record = RequestRecord(scheduled=time.perf_counter())
+            await stream_request(
+                session, fake_server + "/v1/completions", json.dumps(body).encode(), record, timeout
+            )
+            return record
+
+    async def run() -> list[RequestRecord]:
+        return list(
+            await asyncio.gather(one("FAIL500 x"), one("DISCONNECT x"), one("HANG x", 0.3), one("fine"))
+        )
+
+    records = asyncio.run(run())
+    metrics = [request_metrics(r) for r in records]
+    cell = aggregate_cell(CellKey(8, concurrency=4), metrics, None, 8)
+    assert cell["errorsByType"] == {"disconnect": 1, "http_500": 1, "timeout": 1}
+    assert cell["completed"] == 1
+
+
+def test_connection_refused_is_an_error_not_a_crash() -> None:
+    async def run() -> RequestRecord:
+        async with make_session(1) as session:
+            record = RequestRecord(scheduled=0.0)
+            await stream_request(session, "http://127.0.0.1:9/v1/completions", b"{}", record, 5.0)
+            return record
+
+    assert asyncio.run(run()).error == "connect"
+
+
+def test_raw_transport_counts_errors_by_type(fake_server: str) -> None:
+    async def one(session: rawhttp.RawSession, prompt: str, timeout: float = 30.0) -> RequestRecord:
+        body = {"model": "fake-model", "prompt": prompt, "max_tokens": 8, "stream": True}
+        record = RequestRecord(scheduled=time.perf_counter())
+        await session.stream("/v1/completions", json.dumps(body).encode(), record, timeout)
+        return record
+
+    async def run() -> list[RequestRecord]:
+        async with rawhttp.RawSession(fake_server) as s:
+            return list(
+                await asyncio.gather(
+                    one(s, "FAIL500 x"), one(s, "DISCONNECT x"), one(s, "HANG x", 0.3), one(s, "fine")
+                )
+            )
+
+    records = asyncio.run(run())
+    assert [r.error for r in records] == ["http_500", "disconnect", "timeout", None]
+    assert records[3].server_output_tokens is None and len(records[3].chunk_times) == 5  # 1,3,2,1,1

@@ -1,0 +1,84 @@
+"""The entry point end to end against the fake server: env contract in, report and files out."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import serve
+
+from accelbench.api.report import parse_termination_message
+from accelbench.report import render_report
+from accelbench.workers.bench.main import EXIT_ERROR, EXIT_INVALID_CONFIG, main
+
+pytestmark = pytest.mark.timeout(120)
+
+JOB = {
+    "apiVersion": "accelbench.io/v1alpha1",
+    "kind": "InferenceBench",
+    "metadata": {"name": "b", "namespace": "ns"},
+    "spec": {
+        "model": {"uri": "pvc://models/tiny", "family": "llama"},
+        "accelerator": {"type": "h100", "count": 2},
+        "workload": {
+            "inputLengths": [32, 64],
+            "outputLength": 12,
+            "concurrency": [1, 2],
+            "requestsPerPoint": 6,
+            "warmupRequests": 1,
+        },
+        "slo": {"ttftMs": 40, "attainment": 0.9},
+    },
+    "plan": {"chips": 2, "dollarsPerChipHour": 10.0, "priceSource": "catalog h100 on-demand, test"},
+}
+
+
+def test_env_contract_end_to_end(tmp_path: Path) -> None:
+    term = tmp_path / "termination-log"
+    out = tmp_path / "results.json"
+    # TTFT 30 ms, so the 40 ms SLO holds at low concurrency; 5 ms chunks.
+    with serve(["--ttft", "0.03", "--gap", "0.005"]) as url:
+        env = {
+            "ACCELBENCH_JOB": json.dumps(JOB),
+            "ACCELBENCH_ENDPOINT": url,
+            "ACCELBENCH_HEALTH_PATH": "/health",
+            "ACCELBENCH_READY_TIMEOUT_SECONDS": "30",
+            "ACCELBENCH_RESULTS_CONFIGMAP": "b-results",
+            "POD_NAMESPACE": "ns",
+            "ACCELBENCH_TERMINATION_LOG": str(term),
+        }
+        assert main(["--out", str(out), "--max-concurrency", "4"], env=env) == 0
+    report = parse_termination_message(term.read_text())
+    assert report.ok and report.bench is not None
+    assert report.bench.cells[0].input_length == 32 and report.bench.server_startup_seconds is not None
+    full = json.loads(out.read_text())
+    assert full["model"] == "fake-model" and full["tokenizer"] == {
+        "source": "server",
+        "exact": True,
+        "promptsOffTarget": 0,
+    }
+    assert {c["inputLength"] for c in full["cells"]} == {32, 64}
+    assert full["cost"]["dollarsPerHour"] == 20.0
+    cap = full["capacity"]["64"]
+    if cap["capacityConcurrency"]:
+        expected = 20.0 / (cap["outputTokensPerSecondAtCapacity"] * 3600) * 1e6
+        assert full["cost"]["byInputLength"]["64"][
+            "dollarsPerMillionOutputTokensAtCapacity"
+        ] == pytest.approx(expected)
+    paths = render_report(full, tmp_path / "report")
+    assert paths["html"].read_text().count("<tr>") == len(full["cells"]) + 1
+    assert paths["ttft"].stat().st_size > 1000 and paths["throughput"].stat().st_size > 1000
+
+
+def test_invalid_config_exit_code(tmp_path: Path) -> None:
+    term = tmp_path / "t"
+    env = {"ACCELBENCH_JOB": "{not json", "ACCELBENCH_TERMINATION_LOG": str(term)}
+    assert main([], env=env) == EXIT_INVALID_CONFIG
+    report = parse_termination_message(term.read_text())
+    assert not report.ok and report.error is not None
+
+
+def test_server_never_ready_is_an_error(tmp_path: Path) -> None:
+    env = {"ACCELBENCH_ENDPOINT": "http://127.0.0.1:9", "ACCELBENCH_HEALTH_PATH": "/health"}
+    assert main(["--ready-timeout", "1"], env=env) == EXIT_ERROR

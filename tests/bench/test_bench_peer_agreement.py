@@ -1,0 +1,37 @@
+"""Agreement with AIPerf on the same server and settings: median TTFT and output throughput within 5 %.
+
+Skipped unless ACCELBENCH_PEER_AIPERF names an aiperf executable (see peers.py). Why these peers
+and not others: README in benchmarks/client_overhead.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from conftest import serve
+from peers import Settings, relative_gap, run_accelbench, run_aiperf
+
+AIPERF = os.environ.get("ACCELBENCH_PEER_AIPERF")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(900),
+    pytest.mark.skipif(not AIPERF, reason="set ACCELBENCH_PEER_AIPERF to an aiperf executable"),
+]
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> str:
+    from accelbench.workers.testing import make_tiny_model
+
+    return str(make_tiny_model(tmp_path_factory.mktemp("tiny") / "model"))
+
+
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_closed_loop_agrees_with_aiperf(tiny_model: str, api: str) -> None:
+    with serve(["--ttft", "0.05", "--gap", "0.01", "--chunk-tokens", "1"]) as url:
+        s = Settings(url=url, model_dir=tiny_model, api=api)
+        ours = run_accelbench(s)
+        theirs = run_aiperf(str(AIPERF), s, "fake-model")
+    assert relative_gap(ours.ttft_p50_ms, theirs.ttft_p50_ms) < 0.05, (ours, theirs)
+    assert relative_gap(ours.output_tokens_per_second, theirs.output_tokens_per_second) < 0.05, (ours, theirs)
