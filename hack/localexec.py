@@ -11,7 +11,8 @@ What differs from a kubelet, on purpose:
 - env `value` and `fieldRef` are resolved; secret/configMap refs and volumes are not;
 - there is no cluster DNS: hosts under `.svc` (Services, headless pod names) resolve to 127.0.0.1,
   and ACCELBENCH_METRICS_PORT is set to 0 so parallel workers do not fight over one port;
-- the termination-message path maps to a file in the work directory.
+- the termination-message path maps to a file in the work directory;
+- pods reach the API server with the executor's kubeconfig (KUBECONFIG), not a service account.
 
 Usage: `python hack/localexec.py --kubeconfig .cluster/kubeconfig [--node local-exec-0]`.
 """
@@ -72,8 +73,12 @@ def localize(value: str) -> str:
     return SVC_HOST.sub("127.0.0.1", value)
 
 
-def container_env(pod: dict[str, Any], container: dict[str, Any], termination_file: Path) -> dict[str, str]:
+def container_env(
+    pod: dict[str, Any], container: dict[str, Any], termination_file: Path, kubeconfig: str | None = None
+) -> dict[str, str]:
     env = dict(os.environ)
+    if kubeconfig:
+        env["KUBECONFIG"] = kubeconfig
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     for item in container.get("env") or []:
         if "value" in item:
@@ -190,6 +195,7 @@ class Executor:
     core: client.CoreV1Api
     node: str
     workdir: Path
+    kubeconfig: str | None = None
     running: dict[str, Running] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     stopping: threading.Event = field(default_factory=threading.Event)
@@ -217,7 +223,7 @@ class Executor:
         termination_file = podir / "termination-log"
         termination_file.write_text("")
         log_file = podir / "container.log"
-        env = container_env(pod, container, termination_file)
+        env = container_env(pod, container, termination_file, self.kubeconfig)
         argv = [localize(a) for a in argv]
         if argv[0] == "python":
             argv[0] = sys.executable  # the project's environment, whatever `python` is on PATH
@@ -302,7 +308,7 @@ def run(kubeconfig: str, node: str, workdir: Path) -> None:
     config.load_kube_config(kubeconfig)
     api = client.ApiClient()
     core = client.CoreV1Api(api)
-    executor = Executor(core, node, workdir)
+    executor = Executor(core, node, workdir, kubeconfig=str(Path(kubeconfig).resolve()))
     signal.signal(signal.SIGTERM, lambda *_: (executor.stop_all(), sys.exit(0)))
     selector = f"spec.nodeName={node}"
     LOG.info("local executor watching pods on %s", node)

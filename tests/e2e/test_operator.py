@@ -67,6 +67,12 @@ def test_crds_are_established_with_printer_columns(env: Env) -> None:
     wait_for(lambda: env.kubectl("get", "accelbench", check=False).returncode == 0, what="category")
 
 
+@pytest.mark.parametrize("example", sorted((ROOT / "examples").rglob("*.yaml")), ids=lambda p: p.stem)
+def test_every_example_is_accepted_by_the_apiserver(env: Env, example: Path) -> None:
+    done = env.kubectl("apply", "--dry-run=server", "-f", str(example), check=False)
+    assert done.returncode == 0, done.stderr
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
@@ -287,3 +293,39 @@ def test_operator_survived_everything(env: Env) -> None:
 
 def _unused(body: dict[str, Any]) -> dict[str, Any]:
     return copy.deepcopy(body)
+
+
+def test_quickstart_inference_bench_serves_measures_and_stops_the_server(
+    env: Env, tiny: dict[str, str]
+) -> None:
+    body = yaml.safe_load((ROOT / "examples/quickstart/inference-tiny-cpu.yaml").read_text())
+    body["metadata"]["name"] = "quick-bench"
+    body["spec"]["model"]["uri"] = tiny["model"]
+    body["spec"]["workload"].update({"inputLengths": [16], "concurrency": [1, 2], "requestsPerPoint": 4})
+    env.apply(body)
+    obj = wait_for(
+        lambda: (
+            (o := env.get("inferencebenches", "quick-bench")).get("status", {}).get("phase")
+            in ("Succeeded", "Failed")
+            and o
+        ),
+        timeout=300,
+        what="InferenceBench terminal phase",
+    )
+    assert obj["status"]["phase"] == "Succeeded", obj["status"]
+    results = obj["status"]["results"]
+    assert results["cells"] and all(c["ttftP50Ms"] > 0 for c in results["cells"])
+    assert results["peakOutputTokensPerSecond"] > 0
+    data = env.core.read_namespaced_config_map("quick-bench-results", "default").data or {}
+    assert "results.json" in data  # the full per-cell JSON, written by the client
+    wait_for(
+        lambda: (
+            not [
+                p
+                for p in pods_of(env, "quick-bench")
+                if p.metadata.labels["accelbench.io/role"] == "server" and p.status.phase == "Running"
+            ]
+        ),
+        timeout=60,
+        what="server stopped after the run",
+    )

@@ -95,7 +95,8 @@ OPERATOR_RULES: dict[tuple[str, str], set[str]] = {
     # kopf.event and the operator's transition events.
     ("", "events"): {"create"},
 }
-INDEXED = {("batch", "jobs"): {"list", "watch"}}
+# jobs: delete = the InferenceBench server Job, stopped once the client finished.
+INDEXED = {("batch", "jobs"): {"list", "watch", "delete"}}
 # configmaps: get = the price book; get + update = RBAC escalation rule for the client's Role.
 EXTRA = {("", "configmaps"): {"get", "update"}}
 PEERING = {"cluster": ("kopf.dev", "clusterkopfpeerings"), "namespaces": ("kopf.dev", "kopfpeerings")}

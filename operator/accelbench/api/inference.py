@@ -14,6 +14,9 @@ class Engine(StrEnum):
     VLLM = "vllm"
     TGI = "tgi"
     JETSTREAM = "jetstream"
+    # Hugging Face `transformers serve`: any transformers model, CPU or GPU, no extra engine.
+    # For small models and local runs; its numbers are not those of a production engine.
+    TRANSFORMERS = "transformers"
     EXTERNAL = "external"
 
 
@@ -90,13 +93,25 @@ class Workload(ApiModel):
     model_config = ApiModel.model_config | {
         "json_schema_extra": {
             "x-kubernetes-validations": [
+                # Lists left out are absent in CEL (the pydantic defaults apply later), so every
+                # rule guards with has(); the real apiserver refuses the rule otherwise.
                 cel(
-                    "size(self.concurrency) > 0 || size(self.requestRates) > 0",
+                    "!has(self.concurrency) || size(self.concurrency) > 0"
+                    " || (has(self.requestRates) && size(self.requestRates) > 0)",
                     "workload needs concurrency levels or request rates",
                 ),
-                cel("self.concurrency.all(c, c >= 1)", "every concurrency must be at least 1"),
-                cel("self.requestRates.all(r, r > 0.0)", "every request rate must be above 0"),
-                cel("self.inputLengths.all(n, n >= 1)", "every input length must be at least 1"),
+                cel(
+                    "!has(self.concurrency) || self.concurrency.all(c, c >= 1)",
+                    "every concurrency must be at least 1",
+                ),
+                cel(
+                    "!has(self.requestRates) || self.requestRates.all(r, r > 0.0)",
+                    "every request rate must be above 0",
+                ),
+                cel(
+                    "!has(self.inputLengths) || self.inputLengths.all(n, n >= 1)",
+                    "every input length must be at least 1",
+                ),
             ]
         }
     }

@@ -36,6 +36,7 @@ class WorkerImages(CatalogModel):
     vllm: str | None = None
     tgi: str | None = None
     jetstream: str | None = None
+    transformers: str | None = None
 
 
 class Toleration(CatalogModel):

@@ -48,7 +48,7 @@ from .conditions import (
 )
 from .kube import Kube, api_error_message, load_config
 from .metrics import METRICS, Metrics
-from .reconcile import observe_resource
+from .reconcile import observe_resource, server_to_stop
 from .status import Price, applied_status, invalid_spec_status, is_terminal, spec_invalid, status_patch
 
 PLURALS = (FinetuneJob.PLURAL, InferenceBench.PLURAL)
@@ -368,6 +368,10 @@ def observe_children(
             outcome = "changed"
             for type_, reason, message in update.events:
                 kopf.event(body, type=type_, reason=reason, message=message[:1024])
+        server = server_to_stop(status, jobs)
+        if server is not None:
+            state.kube.delete("batch/v1", "Job", namespace, server)
+            logger.info("run finished: deleted server Job %s to free its chips", server)
         state.metrics.set_phase(namespace, name, kind, status.get("phase"))
         state.metrics.set_results(namespace, name, kind, status)
     except Exception:

@@ -104,6 +104,15 @@ class Kube:
                 return None
             raise
 
+    def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
+        """Delete with background propagation (its pods go through the garbage collector); 404 is fine."""
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
+        try:
+            self._call("DELETE", resource_path(api_version, kind, namespace, name), body=body)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
     def list(self, api_version: str, kind: str, namespace: str, label_selector: str) -> list[dict[str, Any]]:
         """All objects matching the selector, following `continue` tokens."""
         items: list[dict[str, Any]] = []

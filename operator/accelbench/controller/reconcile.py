@@ -103,9 +103,12 @@ def observe_resource(
     if spec_invalid(status, generation):
         return None
     children = _children(status)
-    if children is None or not children.job:
+    # A FinetuneJob is its train Job; an InferenceBench is measured by its client Job (the server
+    # Job never completes by itself), while the pods of both feed the conditions.
+    watched = (children.job or children.client) if children is not None else None
+    if not watched:
         return None
-    job = next((j for j in jobs if (j.get("metadata") or {}).get("name") == children.job), None)
+    job = next((j for j in jobs if (j.get("metadata") or {}).get("name") == watched), None)
     if job is None and is_terminal(status):
         return None
     obs = observe(job, select_pods(pods, children))
@@ -123,3 +126,15 @@ def observe_resource(
     if ingested is not None and not ingested.valid and ingested.worker_error is None:
         events.append(("Warning", ingested.condition.reason, ingested.condition.message))
     return StatusUpdate(patch, old_phase, new_phase, obs.reason, obs.message, events)
+
+
+def server_to_stop(status: Mapping[str, Any], jobs: Iterable[Mapping[str, Any]]) -> str | None:
+    """The InferenceBench server Job to delete once the run is over: it holds chips and never ends."""
+    children = _children(status)
+    if children is None or not children.server or not is_terminal(status):
+        return None
+    for job in jobs:
+        meta = job.get("metadata") or {}
+        if meta.get("name") == children.server and not meta.get("deletionTimestamp"):
+            return children.server
+    return None

@@ -53,7 +53,7 @@ from .names import (
     server_service_name,
 )
 from .payload import JOB_ENV, job_payload_json
-from .storage import ClaimUse, build_claim_volumes, is_object_store, local_path, parse_pvc
+from .storage import ClaimUse, build_claim_volumes, is_local_path, is_object_store, local_path, parse_pvc
 from .workload import (
     TERMINATION_LOG,
     JobShape,
@@ -129,6 +129,24 @@ def build_vllm_command(bench: InferenceBench, plan: Plan) -> list[str]:
     return command + list(server.extra_args)
 
 
+def build_transformers_command(bench: InferenceBench, spec: AcceleratorSpec) -> list[str]:
+    """`transformers serve` loads the model dir itself; the device follows the accelerator."""
+    server = bench.spec.server
+    device = "cpu" if spec.resource_name is None else "cuda"
+    return [
+        "transformers",
+        "serve",
+        model_argument(bench),
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(server.port),
+        "--device",
+        device,
+        *server.extra_args,
+    ]
+
+
 def build_tgi_command(bench: InferenceBench, plan: Plan) -> list[str]:
     server = bench.spec.server
     if server.kv_cache_dtype == KvCacheDtype.FP8:
@@ -192,6 +210,10 @@ def build_engine_command(bench: InferenceBench, spec: AcceleratorSpec, plan: Pla
         return build_vllm_command(bench, plan)
     if engine == Engine.TGI:
         return build_tgi_command(bench, plan)
+    if engine == Engine.TRANSFORMERS:
+        if accel.is_tpu(spec) or spec.vendor == accel.VENDOR_HABANA:
+            raise RenderError("engine transformers renders for CPU and NVIDIA GPUs only")
+        return build_transformers_command(bench, spec)
     if engine == Engine.JETSTREAM:
         if not accel.is_tpu(spec):
             raise RenderError("engine jetstream runs on TPU only")
@@ -354,6 +376,11 @@ def build_client_env(bench: InferenceBench, plan: Plan) -> list[dict[str, Any]]:
         env_field("POD_NAMESPACE", "metadata.namespace"),
         env_value("ACCELBENCH_TERMINATION_LOG", TERMINATION_LOG),
     ]
+    if is_local_path(bench.spec.model.uri):
+        # Engines without /tokenize (transformers serve) need the tokenizer for exact input
+        # lengths; a plain path is only readable where the client shares the filesystem (the
+        # local executor, or a path baked into the client image).
+        env.append(env_value("ACCELBENCH_TOKENIZER_DIR", bench.spec.model.uri))
     return env
 
 

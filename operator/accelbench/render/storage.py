@@ -72,3 +72,8 @@ def build_claim_volumes(
         volumes.append({"name": name, "persistentVolumeClaim": claim_ref})
         mounts.append({"name": name, "mountPath": f"{mount_root}/{claim}", "readOnly": not writable})
     return volumes, mounts
+
+
+def is_local_path(uri: str) -> bool:
+    """A plain filesystem path: neither a claim nor an object store (nor any other scheme)."""
+    return "://" not in uri

@@ -165,8 +165,9 @@ async def pick_tokenizer(session, base_url: str, model: str, args: argparse.Name
         tok = await probe_server_tokenizer(session, base_url, model)
         if tok is not None:
             return tok
-    if args.tokenizer:
-        return LocalTokenizer(args.tokenizer)
+    local = args.tokenizer or os.environ.get("ACCELBENCH_TOKENIZER_DIR")
+    if local and os.path.isdir(local):
+        return LocalTokenizer(local)
     log.warning("no exact tokenizer (server /tokenize or --tokenizer): input lengths are approximate")
     return ApproxTokenizer()
 

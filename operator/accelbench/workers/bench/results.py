@@ -151,13 +151,18 @@ def write_configmap(full: dict, name: str | None, namespace: str | None) -> bool
     if not name or not namespace:
         log.info("no results ConfigMap named (ACCELBENCH_RESULTS_CONFIGMAP/POD_NAMESPACE): skipped")
         return False
-    if not os.environ.get("KUBERNETES_SERVICE_HOST"):
+    in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+    kubeconfig = os.environ.get("KUBECONFIG")  # the local executor's pods reach the API this way
+    if not in_cluster and not kubeconfig:
         log.info("not in a cluster: results ConfigMap %s/%s not written", namespace, name)
         return False
     try:
         from kubernetes import client, config
 
-        config.load_incluster_config()
+        if in_cluster:
+            config.load_incluster_config()
+        else:
+            config.load_kube_config(kubeconfig)
         client.CoreV1Api().patch_namespaced_config_map(
             name, namespace, {"data": {RESULTS_KEY: fit_configmap(full)}}
         )
