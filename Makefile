@@ -8,7 +8,7 @@ EXTRAS ?= all
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 comma := ,
 
-.PHONY: venv lint unit crds crds-check test e2e binaries cluster-up cluster-down demo demo-down clean
+.PHONY: venv lint unit crds crds-check test e2e binaries demo demo-down clean
 
 venv: $(STAMP)
 
@@ -34,7 +34,24 @@ crds-check: venv
 	  diff -ru crds $$tmp && echo "crds/ matches the API models" || \
 	  { echo "crds/ is stale: run 'make crds' and commit"; exit 1; }
 
-test: lint crds-check unit
+# Control-plane binaries (kube-apiserver & co. from the Go module proxy), cached in ~/.cache.
+binaries:
+	hack/build-binaries.sh
+
+e2e: venv binaries
+	$(VENV)/bin/pytest -q tests/e2e
+
+# Everything: lint, CRD drift, unit, workers (torch + JAX on CPU), bench client, e2e on the local
+# control plane.
+test: lint crds-check binaries
+	$(VENV)/bin/pytest -q -p no:cacheprovider tests
+
+# The main job on this machine: local control plane, operator, quickstart fine-tune and benchmark.
+demo: venv binaries
+	$(PY) hack/demo.py up
+
+demo-down:
+	$(PY) hack/demo.py down
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -267,7 +267,7 @@ def test_observer_pass_ingests_once_and_fills_results() -> None:
     assert update is not None
     patch = update.patch
     assert patch["phase"] == "Succeeded"
-    assert patch["results"]["tokensPerSecond"] == 5120.5
+    assert patch["results"]["tokensPerSecond"] == 5120.0  # 4 significant digits in status
     assert patch["completionTime"] == "2026-05-04T11:30:01Z"
     # 10:00:00 -> 11:30:01 is 5401 s = 1.500278 h; x 8 chips x $4.20 = $50.4093
     assert patch["cost"]["dollars"] == pytest.approx(50.4093, abs=1e-4)
@@ -616,7 +616,7 @@ def test_observe_children_patches_status_and_exports_metrics(wiring: dict[str, A
         "kind": "FinetuneJob",
         "accelerator": "tpu-v5p 2x2x2",
     }
-    assert registry.get_sample_value("accelbench_tokens_per_second", labels) == 5120.5
+    assert registry.get_sample_value("accelbench_tokens_per_second", labels) == 5120.0
     assert registry.get_sample_value("accelbench_mfu", labels) == 0.412
     assert (
         registry.get_sample_value("accelbench_resources", {"kind": "FinetuneJob", "phase": "Succeeded"}) == 1

@@ -46,21 +46,28 @@ def _invalid(reason: str, message: str, generation: int | None) -> Ingested:
 def finetune_results(
     metrics: FinetuneMetrics, timings: Timings | None, device: str | None
 ) -> FinetuneResults:
-    """The status view of a fine-tune report: the headline numbers, not the loss history."""
+    """The status view of a fine-tune report: the headline numbers, not the loss history.
+
+    Rounded to what a measurement supports (and what `kubectl get` columns can show): 4
+    significant digits; the full-precision figures stay in the worker's log."""
     return FinetuneResults(
-        tokens_per_second=metrics.tokens_per_second,
-        tokens_per_second_per_chip=metrics.tokens_per_second_per_chip,
-        mfu=metrics.mfu,
+        tokens_per_second=_sig(metrics.tokens_per_second),
+        tokens_per_second_per_chip=_sig(metrics.tokens_per_second_per_chip),
+        mfu=_sig(metrics.mfu),
         mfu_formula=metrics.mfu_formula,
         trained_tokens=metrics.trained_tokens,
         steps=metrics.steps,
-        first_loss=metrics.first_loss,
-        final_loss=metrics.final_loss,
-        eval_loss=metrics.eval_loss,
-        perplexity=metrics.perplexity,
-        train_seconds=timings.train_seconds if timings else None,
+        first_loss=_sig(metrics.first_loss),
+        final_loss=_sig(metrics.final_loss),
+        eval_loss=_sig(metrics.eval_loss),
+        perplexity=_sig(metrics.perplexity),
+        train_seconds=_sig(timings.train_seconds) if timings else None,
         device=device,
     )
+
+
+def _sig(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None else float(f"{value:.{digits}g}")
 
 
 def worker_error_message(report: WorkerReport) -> str:

@@ -21,9 +21,11 @@ DEFAULT_OPEN_LOOP_SECONDS = 30.0
 
 def closed_loop_count(workload: Workload, concurrency: int) -> int:
     """Requests per closed-loop cell: as set, else enough that every worker sends several
-    (steady state, not just the first burst)."""
+    (steady state, not just the first burst). Never fewer than two per worker: with fewer
+    requests than workers the level is never reached, and a capacity search would "pass" any
+    concurrency (8 requests cannot load 1024 workers)."""
     if workload.requests_per_point:
-        return workload.requests_per_point
+        return max(workload.requests_per_point, 2 * concurrency)
     if workload.seconds_per_point:
         # Upper bound; the deadline ends the cell. Prompts are built ahead, so keep it finite.
         return max(DEFAULT_MIN_REQUESTS, concurrency * 64)
