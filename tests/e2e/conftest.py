@@ -83,6 +83,7 @@ class OperatorProcess:
         self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0
         self.metrics_port = localcluster.free_port()
+        self.namespace = "default"  # where it reads its price ConfigMap (POD_NAMESPACE)
 
     def start(self) -> None:
         self.starts += 1
@@ -91,7 +92,7 @@ class OperatorProcess:
             "KUBECONFIG": str(self.kubeconfig),
             "ACCELBENCH_OBSERVE_INTERVAL": "1",
             "ACCELBENCH_METRICS_PORT": str(self.metrics_port),
-            "POD_NAMESPACE": "default",
+            "POD_NAMESPACE": self.namespace,
         }
         log = (self.logdir / f"operator-{self.starts}.log").open("wb")
         self.process = subprocess.Popen(

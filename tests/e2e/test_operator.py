@@ -212,6 +212,24 @@ def test_quickstart_runs_the_real_worker_and_reports_throughput_and_cost(
     assert "Succeeded" in row and "cpu" in row
 
 
+def test_operator_metrics_carry_the_finished_jobs_results(env: Env) -> None:
+    import urllib.request
+
+    def scrape() -> str | None:
+        text = urllib.request.urlopen(
+            f"http://127.0.0.1:{env.operator.metrics_port}/metrics", timeout=5
+        ).read()
+        text = text.decode()
+        return text if 'name="quick"' in text else None
+
+    text = wait_for(scrape, timeout=30, what="metrics of FinetuneJob quick")
+    samples = [line for line in text.splitlines() if 'name="quick"' in line and not line.startswith("#")]
+    tokens = next(line for line in samples if line.startswith("accelbench_tokens_per_second{"))
+    assert float(tokens.rsplit(" ", 1)[1]) > 0
+    assert 'accelerator="cpu x1"' in tokens
+    assert any(line.startswith("accelbench_reconciles_total{") for line in text.splitlines())
+
+
 def _kill_running_worker(env: Env, name: str, seen: set[str]) -> str:
     """SIGKILL the worker process of the next running pod (as an OOM kill or node fault would)."""
 
