@@ -81,6 +81,15 @@ def ensure_prometheus_client() -> str | None:
 # probe
 
 
+def distribution_version(pip_name: str) -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version(pip_name)
+    except metadata.PackageNotFoundError:
+        return ""
+
+
 def probe(out: str) -> int:
     """Which modules import (with versions), and which devices torch and JAX see."""
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # look, do not take the GPU
@@ -90,7 +99,7 @@ def probe(out: str) -> int:
         try:
             module = importlib.import_module(name)
             entry["ok"] = True
-            entry["version"] = str(getattr(module, "__version__", getattr(module, "VERSION", "")) or "")
+            entry["version"] = str(getattr(module, "__version__", "") or distribution_version(pip_name))
         except Exception as exc:  # a broken install fails in many ways; all of them mean "missing"
             entry["ok"] = False
             entry["error"] = f"{type(exc).__name__}: {exc}"[:300]

@@ -288,7 +288,9 @@ def log_tail(log_path: Path, chars: int = 1500) -> str:
 # Cases
 
 
-def manifest(case: Case, model_dir: str, dataset: str, steps: int, dry_run: bool, size: str | None) -> dict:
+def manifest(
+    case: Case, seq: int, model_dir: str, dataset: str, steps: int, dry_run: bool, size: str | None
+) -> dict:
     method: dict[str, Any] = {"type": "full"}
     if case.method == "lora":
         method = {"type": "lora", "rank": LORA_RANK, "alpha": 2 * LORA_RANK, "dropout": 0.0}
@@ -305,7 +307,7 @@ def manifest(case: Case, model_dir: str, dataset: str, steps: int, dry_run: bool
             "method": method,
             "framework": case.framework,
             "training": {
-                "seqLength": case.seq,
+                "seqLength": seq,
                 "globalBatchSize": case.batch,
                 "microBatchSize": case.batch,
                 "maxSteps": steps,
@@ -443,7 +445,7 @@ def markdown(results: dict[str, Any]) -> str:
             "",
             "The 27B-class model keeps the real width (catalog gemma3 27b) but only "
             f"{reduced[0]['layers']} of its {reduced[0]['full_layers']} layers: the full model is "
-            f"{reduced[0]['derived']['full_depth']['bf16_weight_gb']:.0f} GB of bf16 weights, too much to "
+            f"{reduced[0]['derived']['full_depth']['bf16_weight_gb']:.3g} GB of bf16 weights, too much to "
             "write, cache and load on a 64 GB disk within one device command. Measured tokens/s and MFU "
             "belong to the reduced model (its own FLOPs/token) and are NOT comparable with the full "
             "model or ANCHORS. The full-depth columns scale the measured step time by "
@@ -661,7 +663,7 @@ def main(argv: list[str] | None = None) -> int:
         size = None if dry or record["layers"] else case.model
         spec = {
             "name": case.name,
-            "manifest": manifest(case, model["model"]["dir"], dataset, args.steps, dry, size),
+            "manifest": manifest(case, seq, model["model"]["dir"], dataset, args.steps, dry, size),
             "model_dir": model["model"]["dir"],
             "dataset": dataset,
             "warmup": args.warmup,

@@ -81,7 +81,7 @@ class WorkerReport(ApiModel):
         if report.finetune is not None:
             report.finetune.loss_history = report.finetune.loss_history[-16:]
         if report.bench is not None:
-            report.bench.cells = report.bench.cells[:8]
+            report.bench.cells = _spread(report.bench.cells, 8)
         report.versions = dict(list(report.versions.items())[:6])
         text = _compact(report)
         if len(text.encode()) <= limit:
@@ -95,6 +95,14 @@ class WorkerReport(ApiModel):
         if len(text.encode()) > limit:
             raise ValueError(f"report does not fit {limit} bytes even without its lists")
         return text
+
+
+def _spread(items: list, keep: int) -> list:
+    """`keep` items evenly spaced from first to last, so every input length stays represented."""
+    if len(items) <= keep:
+        return items
+    step = (len(items) - 1) / (keep - 1)
+    return [items[round(i * step)] for i in range(keep)]
 
 
 def _compact(report: WorkerReport) -> str:

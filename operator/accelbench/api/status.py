@@ -125,7 +125,15 @@ class BenchCell(ApiModel):
     ttft_p99_ms: float | None = None
     tpot_p50_ms: float | None = None
     tpot_p99_ms: float | None = None
+    itl_p50_ms: float | None = None
+    itl_p99_ms: float | None = None
+    e2e_p50_ms: float | None = None
+    e2e_p99_ms: float | None = None
     output_tokens_per_second: float | None = None
+    requests_per_second: float | None = None
+    goodput_output_tokens_per_second: float | None = Field(
+        default=None, description="Output tokens/s of the requests that met the SLO."
+    )
     attainment: float | None = None
     errors: int = 0
 
@@ -133,12 +141,16 @@ class BenchCell(ApiModel):
 class BenchResults(ApiModel):
     cells: list[BenchCell] = Field(default_factory=list)
     capacity_concurrency: int | None = Field(default=None, description="Largest level meeting the SLO.")
+    capacity_input_length: int | None = Field(
+        default=None, description="The input length the capacity is for (the longest swept)."
+    )
     binding_constraint: str | None = None
     first_failing_concurrency: int | None = None
     peak_output_tokens_per_second: float | None = None
     dollars_per_million_tokens_at_capacity: float | None = None
     dollars_per_million_tokens_at_peak: float | None = None
     server_startup_seconds: float | None = None
+    price_source: str | None = None
 
 
 class ResourceStatus(ApiModel):

@@ -232,6 +232,7 @@ async def run(args: argparse.Namespace, env: dict[str, str]) -> tuple[dict, Any]
     dollars, chips, source = pricing(job, args)
     hourly = dollars * chips if dollars is not None else None
     compact = bench_results(sweep.cells, sweep.capacity, hourly, ready.seconds)
+    compact.price_source = source
     full = {
         "schemaVersion": RESULTS_SCHEMA_VERSION,
         "generator": {"name": "accelbench.workers.bench", "transport": args.transport, **versions()},

@@ -36,7 +36,13 @@ def compact_cell(cell: dict) -> BenchCell:
         ttft_p99_ms=_pick(cell.get("ttftMs"), "p99"),
         tpot_p50_ms=_pick(cell.get("tpotMs"), "p50"),
         tpot_p99_ms=_pick(cell.get("tpotMs"), "p99"),
+        itl_p50_ms=_pick(cell.get("itlMs"), "p50"),
+        itl_p99_ms=_pick(cell.get("itlMs"), "p99"),
+        e2e_p50_ms=_pick(cell.get("e2eMs"), "p50"),
+        e2e_p99_ms=_pick(cell.get("e2eMs"), "p99"),
         output_tokens_per_second=round(cell["outputTokensPerSecond"], 2),
+        requests_per_second=_round(cell.get("requestsPerSecond"), 3),
+        goodput_output_tokens_per_second=_round(cell.get("goodputOutputTokensPerSecond"), 2),
         attainment=None if cell.get("attainment") is None else round(cell["attainment"], 4),
         errors=cell["errors"],
     )
@@ -57,6 +63,7 @@ def bench_results(
     return BenchResults(
         cells=[compact_cell(c) for c in cells],
         capacity_concurrency=cap.get("capacityConcurrency"),
+        capacity_input_length=max(capacity) if capacity else None,
         binding_constraint=cap.get("bindingConstraint"),
         first_failing_concurrency=cap.get("firstFailingConcurrency"),
         peak_output_tokens_per_second=round(peak, 2) if peak else None,
