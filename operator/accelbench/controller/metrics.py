@@ -7,6 +7,7 @@ process and GC collectors of the operator itself, which a scrape config may alre
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -44,6 +45,9 @@ class Metrics:
         }
         self._phases: dict[ResourceKey, str] = {}
         self._result_labels: dict[ResourceKey, tuple[str, ...]] = {}
+        # kopf runs sync handlers in a thread pool: the maps are shared between threads (the scale
+        # benchmark hit "dictionary keys changed during iteration" without this lock).
+        self._lock = threading.RLock()
 
     def observe_reconcile(self, kind: str, outcome: str, seconds: float) -> None:
         self.reconciles.labels(kind=kind, outcome=outcome).inc()
@@ -51,12 +55,13 @@ class Metrics:
 
     def set_phase(self, namespace: str, name: str, kind: str, phase: str | None) -> None:
         key = (namespace, name, kind)
-        if self._phases.get(key) == phase:
-            return
-        old = self._phases.pop(key, None)
-        if phase:
-            self._phases[key] = phase
-        self._recount(kind, {old, phase})
+        with self._lock:
+            if self._phases.get(key) == phase:
+                return
+            old = self._phases.pop(key, None)
+            if phase:
+                self._phases[key] = phase
+            self._recount(kind, {old, phase})
 
     def _recount(self, kind: str, phases: set[str | None]) -> None:
         # Counted from the map, not incremented, so a missed event cannot drift the gauge.
@@ -66,6 +71,10 @@ class Metrics:
 
     def set_results(self, namespace: str, name: str, kind: str, status: Mapping[str, Any]) -> None:
         """Export a resource's status; series of an earlier accelerator label are removed first."""
+        with self._lock:
+            self._set_results(namespace, name, kind, status)
+
+    def _set_results(self, namespace: str, name: str, kind: str, status: Mapping[str, Any]) -> None:
         key = (namespace, name, kind)
         labels = (namespace, name, kind, str(status.get("accelerator") or ""))
         values = result_values(kind, status)
@@ -82,10 +91,11 @@ class Metrics:
     def forget(self, namespace: str, name: str, kind: str) -> None:
         """On delete: no series of a deleted resource should linger until the operator restarts."""
         key = (namespace, name, kind)
-        labels = self._result_labels.pop(key, None)
-        if labels is not None:
-            self._remove_series(labels)
-        self.set_phase(namespace, name, kind, None)
+        with self._lock:
+            labels = self._result_labels.pop(key, None)
+            if labels is not None:
+                self._remove_series(labels)
+            self.set_phase(namespace, name, kind, None)
 
     def _remove_series(self, labels: tuple[str, ...]) -> None:
         for gauge in self.result_gauges.values():
