@@ -12,6 +12,8 @@ softmax and rotary angles run in float32 whatever the compute dtype, as in trans
 
 from __future__ import annotations
 
+import os
+
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
@@ -95,6 +97,15 @@ def attention_mask(segment_ids: jax.Array, sliding_window: int | None) -> jax.Ar
     return (allowed[None] & same)[:, None, None]
 
 
+# ACCELBENCH_JAX_ATTENTION: "auto" (jax.nn.dot_product_attention, cuDNN on GPU when it applies),
+# "cudnn" (insist on it), "xla" (dot_product_attention's XLA path) or "einsum" (the plain path).
+ATTENTION_IMPL = os.environ.get("ACCELBENCH_JAX_ATTENTION", "auto")
+
+
+def _implementation() -> str | None:
+    return {"auto": None, "cudnn": "cudnn", "xla": "xla"}.get(ATTENTION_IMPL)
+
+
 def softcap(x: jax.Array, cap: float | None) -> jax.Array:
     return x if cap is None else jnp.tanh(x / cap) * cap
 
@@ -155,6 +166,13 @@ class Attention(nnx.Module):
         return _plus(y, self.o_lora, out)
 
     def _attend(self, q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
+        if ATTENTION_IMPL != "einsum" and self.softcap is None:
+            # jax.nn.dot_product_attention picks cuDNN's fused kernel on GPU when the shapes allow
+            # and XLA otherwise; the einsum path below materializes [B, K, G, T, S] fp32 logits.
+            # Soft-capped logits (Gemma 2) have no fused kernel, so they keep the einsum path.
+            return jax.nn.dot_product_attention(
+                q, k, v, mask=mask[:, 0], scale=self.scale, implementation=_implementation()
+            )
         # Grouped-query attention without repeating k/v: query head n = kv head n // groups.
         b, t, n, h = q.shape
         groups = n // k.shape[2]
