@@ -148,6 +148,26 @@ def shm_volume() -> tuple[dict[str, Any], dict[str, Any]]:
     return {"name": "dshm", "emptyDir": {"medium": "Memory"}}, {"name": "dshm", "mountPath": "/dev/shm"}
 
 
+def place_on_accelerator(
+    pod: dict[str, Any],
+    spec: AcceleratorSpec,
+    plan: Plan,
+    accelerator: Accelerator,
+    scheduling: Scheduling | None,
+) -> dict[str, Any]:
+    """Everything that puts a pod on the accelerator's pool: host IPC, selector, tolerations,
+    then the user's own placement on top."""
+    if uses_host_ipc(spec):
+        pod["hostIPC"] = True
+    node_selector = build_node_selector(spec, plan, accelerator)
+    if node_selector:
+        pod["nodeSelector"] = node_selector
+    tolerations = build_tolerations(spec, accelerator)
+    if tolerations:
+        pod["tolerations"] = tolerations
+    return apply_scheduling(pod, scheduling)
+
+
 def apply_scheduling(pod: dict[str, Any], scheduling: Scheduling | None) -> dict[str, Any]:
     """The user's extra placement over the catalog's: their selector keys win, tolerations add up."""
     if scheduling is None:

@@ -144,17 +144,9 @@ def build_worker_pod_template(job: FinetuneJob, plan: Plan, spec: AcceleratorSpe
     }
     if plan.multi_host:
         pod["subdomain"] = train_service_name(name)
-    if accel.uses_host_ipc(spec):
-        pod["hostIPC"] = True
-    node_selector = accel.build_node_selector(spec, plan, job.spec.accelerator)
-    if node_selector:
-        pod["nodeSelector"] = node_selector
-    tolerations = accel.build_tolerations(spec, job.spec.accelerator)
-    if tolerations:
-        pod["tolerations"] = tolerations
+    accel.place_on_accelerator(pod, spec, plan, job.spec.accelerator, job.spec.scheduling)
     if volumes:
         pod["volumes"] = volumes
-    accel.apply_scheduling(pod, job.spec.scheduling)
     return {"metadata": {"labels": labels(job.kind, name, Role.TRAIN, plan.accelerator)}, "spec": pod}
 
 

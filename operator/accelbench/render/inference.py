@@ -287,17 +287,9 @@ def build_server_pod_template(bench: InferenceBench, spec: AcceleratorSpec, plan
         "securityContext": accel.build_pod_security(spec, run_as_non_root=False),
         "containers": [container],
     }
-    if accel.uses_host_ipc(spec):
-        pod["hostIPC"] = True
-    node_selector = accel.build_node_selector(spec, plan, bench.spec.accelerator)
-    if node_selector:
-        pod["nodeSelector"] = node_selector
-    tolerations = accel.build_tolerations(spec, bench.spec.accelerator)
-    if tolerations:
-        pod["tolerations"] = tolerations
+    accel.place_on_accelerator(pod, spec, plan, bench.spec.accelerator, bench.spec.scheduling)
     if volumes:
         pod["volumes"] = volumes
-    accel.apply_scheduling(pod, bench.spec.scheduling)
     return {"metadata": {"labels": labels(bench.kind, name, Role.SERVER, plan.accelerator)}, "spec": pod}
 
 
