@@ -19,8 +19,8 @@ $(STAMP): pyproject.toml
 	touch $@
 
 lint: venv
-	$(VENV)/bin/ruff check operator tests hack
-	$(VENV)/bin/ruff format --check operator tests hack
+	$(VENV)/bin/ruff check operator tests hack benchmarks
+	$(VENV)/bin/ruff format --check operator tests hack benchmarks
 
 unit: venv
 	$(VENV)/bin/pytest -q tests/unit

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
 
+import jax
 from accelbench.jaxmodels import layers
 from accelbench.jaxmodels.config import FULL, SLIDING, config_from_hf
 from accelbench.workers.testing import tiny_config
