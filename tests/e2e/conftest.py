@@ -141,10 +141,10 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     )
     operator = OperatorProcess(cluster.kubeconfig, workdir)
     e = Env(cluster, api, workdir, operator)
-    e.kubectl("apply", "--server-side", "-f", str(ROOT / "crds"))
-    e.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
-    operator.start()
-    try:
+    try:  # everything started above is stopped below, also when set-up itself fails
+        e.kubectl("apply", "--server-side", "-f", str(ROOT / "crds"))
+        e.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+        operator.start()
         yield e
     finally:
         operator.stop()

@@ -249,3 +249,35 @@ def test_parse_size(size: str, count: int) -> None:
 def test_parse_size_garbage(size: str) -> None:
     with pytest.raises(CatalogError):
         parse_size(size)
+
+
+def test_image_overrides_parse_and_apply() -> None:
+    from accelbench.catalog import load_catalog, parse_image_overrides
+
+    data = {"prices.yaml": "{}", "images.yaml": "h200: {pytorch: my/torch:1, transformers: my/torch:1}\n"}
+    images = parse_image_overrides(data)
+    assert images == {"h200": {"pytorch": "my/torch:1", "transformers": "my/torch:1"}}
+    assert load_catalog(image_overrides=images).get("h200").images.pytorch == "my/torch:1"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[1]", "must map accelerator names"),
+        ("h100: {pytroch: x}", "unknown roles"),
+        ("h100: {pytorch: ''}", "non-empty string"),
+        ("h100: [", "not valid YAML"),
+    ],
+)
+def test_bad_image_overrides_say_what_is_wrong(text: str, message: str) -> None:
+    from accelbench.catalog import parse_image_overrides
+
+    with pytest.raises(ValueError, match=message):
+        parse_image_overrides({"images.yaml": text})
+
+
+def test_image_override_for_an_unknown_accelerator_is_refused() -> None:
+    from accelbench.catalog import CatalogError, load_catalog
+
+    with pytest.raises(CatalogError, match="unknown accelerator"):
+        load_catalog(image_overrides={"a100": {"pytorch": "x"}})

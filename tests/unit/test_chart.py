@@ -340,7 +340,7 @@ def test_kubernetes_schemas_are_strict(schema_locations: list[str]) -> None:
         (["--set", "scope=namespaces"], 'scope is "namespaces" but namespaces is empty'),
         (["--set", "namespaces={a}"], 'namespaces is set but scope is "cluster"'),
         (["--set", "replicas=2", "--set", "peering.enabled=false"], "replicas > 1 needs peering.enabled"),
-        (["--set", "workerImages.h100.pytorch=x"], "workerImages is not read by accelbench operator"),
+        (["--set", "workerImages.h100.pytorchh=x"], "additional properties 'pytorchh' not allowed"),
     ],
     ids=lambda v: v if isinstance(v, str) else None,
 )
@@ -515,7 +515,13 @@ def test_operator_may_grant_what_the_client_role_grants() -> None:
 
 
 def test_prices_configmap_is_what_the_operator_reads(tmp_path: Path) -> None:
-    from accelbench.catalog import PRICES_KEY, load_catalog, parse_price_overrides
+    from accelbench.catalog import (
+        IMAGES_KEY,
+        PRICES_KEY,
+        load_catalog,
+        parse_image_overrides,
+        parse_price_overrides,
+    )
 
     values = tmp_path / "values.yaml"
     values.write_text(
@@ -541,7 +547,25 @@ def test_prices_configmap_is_what_the_operator_reads(tmp_path: Path) -> None:
     assert load_catalog(price_overrides=overrides).get("h100").price.on_demand == 9.8
     (empty,) = [d for d in by_kind(documents(template()), "ConfigMap") if "prices" in d["metadata"]["name"]]
     assert parse_price_overrides(empty["data"]) == {}
-    assert set(empty["data"]) == {PRICES_KEY}
+    assert set(empty["data"]) == {PRICES_KEY, IMAGES_KEY}
+    assert parse_image_overrides(empty["data"]) == {}
+
+
+def test_worker_images_reach_the_catalog_the_operator_renders_with(tmp_path: Path) -> None:
+    from accelbench.catalog import load_catalog, parse_image_overrides
+
+    mirror = "registry.example.com/accelbench/worker-torch-cuda:0.1.0"
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump({"workerImages": {"h100": {"pytorch": mirror}}}))
+    (configmap,) = [
+        d
+        for d in by_kind(documents(template("-f", str(values))), "ConfigMap")
+        if "prices" in d["metadata"]["name"]
+    ]
+    images = parse_image_overrides(configmap["data"])
+    catalog = load_catalog(image_overrides=images)
+    assert catalog.get("h100").images.pytorch == mirror
+    assert catalog.get("h100").images.bench == load_catalog().get("h100").images.bench  # others kept
 
 
 def test_schema_lists_the_catalog_accelerators() -> None:

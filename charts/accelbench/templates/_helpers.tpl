@@ -82,9 +82,6 @@ they run on every render.
 {{- if and (gt (int .Values.replicas) 1) (ne (include "accelbench.peering" .) "true") -}}
 {{- fail "replicas > 1 needs peering.enabled: several unpeered kopf operators would handle every resource at once" -}}
 {{- end -}}
-{{- if not (empty .Values.workerImages) -}}
-{{- fail "workerImages is not read by accelbench operator 0.1.0 (it has no setting for it yet); remove it and set spec.image (FinetuneJob) or spec.server.image / spec.clientImage (InferenceBench) per resource" -}}
-{{- end -}}
 {{- end -}}
 
 {{/* Fail unless the Prometheus Operator's API is served. Argument: (list $ "ServiceMonitor"). */}}

@@ -40,6 +40,7 @@ __all__ = [
     "load_catalog",
     "load_model_catalog",
     "model_shape",
+    "parse_image_overrides",
     "parse_price_overrides",
     "parse_size",
     "projection_dims",
@@ -76,17 +77,28 @@ def load_model_catalog() -> ModelCatalog:
     return ModelCatalog.model_validate({"families": families})
 
 
-def load_catalog(price_overrides: Mapping[str, Any] | None = None) -> Catalog:
+def load_catalog(
+    price_overrides: Mapping[str, Any] | None = None,
+    image_overrides: Mapping[str, Mapping[str, str]] | None = None,
+) -> Catalog:
     """The accelerator catalog, with `price_overrides` (from parse_price_overrides) applied on top.
 
     An override replaces only the fields it gives; one for an accelerator the catalog does not
     know raises CatalogError, because a typo there would silently leave the list price in place.
     """
     base = _base_catalog()
-    if not price_overrides:
+    if not price_overrides and not image_overrides:
         return base
     accelerators = dict(base.accelerators)
-    for name, fields in price_overrides.items():
+    for name, images in (image_overrides or {}).items():
+        if name not in accelerators:
+            raise CatalogError(
+                f"image override for unknown accelerator {name!r}; known: {', '.join(accelerators)}"
+            )
+        spec = accelerators[name]
+        merged = spec.images.model_copy(update=dict(images))
+        accelerators[name] = spec.model_copy(update={"images": merged})
+    for name, fields in (price_overrides or {}).items():
         if name not in accelerators:
             raise CatalogError(
                 f"price override for unknown accelerator {name!r}; known: {', '.join(accelerators)}"
@@ -105,6 +117,42 @@ def _merge_price(price: Price, fields: Mapping[str, Any]) -> Price:
         return Price.model_validate(data)
     except ValidationError as exc:
         raise CatalogError(f"price override is invalid: {exc.errors()[0]['msg']}") from None
+
+
+IMAGES_KEY = "images.yaml"
+_IMAGE_ROLES = ("jax", "pytorch", "bench", "vllm", "tgi", "jetstream", "transformers")
+
+
+def parse_image_overrides(configmap_data: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    """The optional `images.yaml` key of the same ConfigMap -> {accelerator: {role: image}}.
+
+    Default worker and engine images per accelerator (e.g. a mirror in a private registry);
+    a resource's own spec.image / spec.server.image / spec.clientImage still wins.
+    """
+    text = configmap_data.get(IMAGES_KEY)
+    if not text:
+        return {}
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{IMAGES_KEY} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    if doc is None:
+        return {}
+    if not isinstance(doc, Mapping):
+        raise ValueError(f"{IMAGES_KEY} must map accelerator names to images, got {type(doc).__name__}")
+    out: dict[str, dict[str, str]] = {}
+    for name, entry in doc.items():
+        if not isinstance(entry, Mapping):
+            raise ValueError(f"{IMAGES_KEY}: {name} must map roles ({', '.join(_IMAGE_ROLES)}) to images")
+        unknown = sorted(set(map(str, entry)) - set(_IMAGE_ROLES))
+        if unknown:
+            raise ValueError(
+                f"{IMAGES_KEY}: {name} has unknown roles {unknown}; allowed: {list(_IMAGE_ROLES)}"
+            )
+        if not all(isinstance(v, str) and v for v in entry.values()):
+            raise ValueError(f"{IMAGES_KEY}: {name}: every image must be a non-empty string")
+        out[str(name)] = {str(k): str(v) for k, v in entry.items()}
+    return out
 
 
 def parse_price_overrides(configmap_data: Mapping[str, str]) -> dict[str, dict[str, Any]]:

@@ -97,7 +97,7 @@ class ControllerState:
         return self._catalog
 
     def _load_catalog(self) -> Any:
-        from accelbench.catalog import load_catalog, parse_price_overrides
+        from accelbench.catalog import load_catalog, parse_image_overrides, parse_price_overrides
 
         log = logging.getLogger(__name__)
         try:
@@ -108,13 +108,21 @@ class ControllerState:
                 "price ConfigMap %s/%s unreadable: %s", self.price_namespace, self.price_config_map, exc
             )
             data = None
-        overrides = None
+        overrides, images = None, None
         if data:
             try:
                 overrides = parse_price_overrides(data)
             except ValueError as exc:
-                log.warning("ignoring price ConfigMap %s: %s", self.price_config_map, exc)
-        return load_catalog(price_overrides=overrides)
+                log.warning("ignoring the prices in ConfigMap %s: %s", self.price_config_map, exc)
+            try:
+                images = parse_image_overrides(data)
+            except ValueError as exc:
+                log.warning("ignoring the images in ConfigMap %s: %s", self.price_config_map, exc)
+        try:
+            return load_catalog(price_overrides=overrides, image_overrides=images)
+        except ValueError as exc:  # an unknown accelerator name: keep the built-in catalog
+            log.warning("ignoring ConfigMap %s: %s", self.price_config_map, exc)
+            return load_catalog()
 
 
 # --- pure-ish helpers --------------------------------------------------------------------------
