@@ -7,6 +7,7 @@ ordinary (non-donated) argument of the step; full fine-tuning trains every `nnx.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -84,8 +85,51 @@ def split_model(model: Transformer, lora: bool) -> Split:
 
 def _ce_of(graphdef: nnx.GraphDef, trainable: nnx.State, frozen: nnx.State, batch: dict[str, jax.Array]):
     model = nnx.merge(graphdef, trainable, frozen)
-    logits = model(*(batch[k] for k in MODEL_INPUTS))
-    return masked_ce_sum(logits, batch["targets"], batch["loss_mask"])
+    hidden = model.hidden_states(*(batch[k] for k in MODEL_INPUTS))
+    return chunked_ce_sum(model, hidden, batch["targets"], batch["loss_mask"], LOSS_CHUNK_TOKENS)
+
+
+# Tokens per row whose logits exist at once (0: all). Full fp32 logits over a 262k vocabulary are
+# 8 × 2048 × 262k × 4 B ≈ 17 GB per micro-batch. Measured on an H200 (benchmarks/finetune,
+# results/loss-chunked): chunks of 512 cut the 1B full fine-tune's peak from 84.7 to 66.1 GB but
+# cost 2-5 % tokens/s (the logits are recomputed in the backward pass), so it is opt-in: for
+# batches or models that do not fit otherwise.
+LOSS_CHUNK_TOKENS = int(os.environ.get("ACCELBENCH_LOSS_CHUNK", "0"))
+
+
+def chunked_ce_sum(
+    model: Transformer, hidden: jax.Array, targets: jax.Array, loss_mask: jax.Array, chunk: int
+) -> tuple[jax.Array, jax.Array]:
+    """masked_ce_sum of the model's logits, computed `chunk` tokens at a time along the sequence.
+
+    Same sums as the unchunked form (padding of the last chunk carries mask 0); each chunk's logits
+    are rematerialized under jax.checkpoint instead of being kept for the backward pass.
+    """
+    b, t = hidden.shape[:2]
+    if chunk <= 0 or t <= chunk:
+        return masked_ce_sum(model.logits(hidden), targets, loss_mask)
+    n = -(-t // chunk)
+    pad = n * chunk - t
+    if pad:
+        hidden = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0)))
+        targets = jnp.pad(targets, ((0, 0), (0, pad)))
+        loss_mask = jnp.pad(loss_mask, ((0, 0), (0, pad)))
+    graphdef, state = nnx.split(model)
+
+    @jax.checkpoint
+    def piece(state: nnx.State, h: jax.Array, tg: jax.Array, m: jax.Array) -> tuple[jax.Array, jax.Array]:
+        return masked_ce_sum(nnx.merge(graphdef, state).logits(h), tg, m)
+
+    def body(carry: tuple[jax.Array, jax.Array], xs: tuple[jax.Array, ...]) -> tuple[Any, None]:
+        ce, count = piece(state, *xs)
+        return (carry[0] + ce, carry[1] + count), None
+
+    def chunks(x: jax.Array) -> jax.Array:  # [B, n·C, ...] -> [n, B, C, ...]
+        return jnp.moveaxis(x.reshape(b, n, chunk, *x.shape[2:]), 1, 0)
+
+    zero = jnp.zeros((), jnp.float32)
+    (total, count), _ = jax.lax.scan(body, (zero, zero), (chunks(hidden), chunks(targets), chunks(loss_mask)))
+    return total, count
 
 
 def make_train_step(
