@@ -3,8 +3,8 @@ a real worker run through the local executor, retries, garbage collection, resta
 
 from __future__ import annotations
 
-import copy
 import os
+import re
 import signal
 from pathlib import Path
 from typing import Any
@@ -305,12 +305,11 @@ def test_operator_restart_mid_run_makes_no_duplicates_and_the_job_finishes(
 
 
 def test_operator_survived_everything(env: Env) -> None:
+    """Bad specs, a crashing worker, a restart: the operator is alive and never failed a pass."""
     assert env.operator.process is not None and env.operator.process.poll() is None
-    assert "Traceback" not in env.operator.log() or "Unhandled" not in env.operator.log()
-
-
-def _unused(body: dict[str, Any]) -> dict[str, Any]:
-    return copy.deepcopy(body)
+    log = env.operator.log()
+    assert not re.search(r"observing \w+ failed", log), log[-3000:]
+    assert "Traceback" not in log, log[log.index("Traceback") - 500 :][:3000]
 
 
 def test_quickstart_inference_bench_serves_measures_and_stops_the_server(
