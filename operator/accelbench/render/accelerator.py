@@ -148,6 +148,23 @@ def shm_volume() -> tuple[dict[str, Any], dict[str, Any]]:
     return {"name": "dshm", "emptyDir": {"medium": "Memory"}}, {"name": "dshm", "mountPath": "/dev/shm"}
 
 
+def mount_volumes(
+    container: dict[str, Any],
+    spec: AcceleratorSpec,
+    volumes: list[dict[str, Any]],
+    mounts: list[dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """Mount the pod's volumes in its container, plus a memory-backed /dev/shm where the
+    accelerator's collectives need one; returns the pod's volume list."""
+    if needs_shm(spec):
+        shm, shm_mount = shm_volume()
+        volumes = [*volumes, shm]
+        mounts = [*mounts, shm_mount]
+    if mounts:
+        container["volumeMounts"] = mounts
+    return volumes
+
+
 def place_on_accelerator(
     pod: dict[str, Any],
     spec: AcceleratorSpec,

@@ -129,12 +129,7 @@ def build_worker_pod_template(job: FinetuneJob, plan: Plan, spec: AcceleratorSpe
     name = job.metadata.name
     container = build_worker_container(job, plan, spec)
     volumes, mounts = build_worker_storage(job)
-    if accel.needs_shm(spec):
-        shm, shm_mount = accel.shm_volume()
-        volumes.append(shm)
-        mounts.append(shm_mount)
-    if mounts:
-        container["volumeMounts"] = mounts
+    volumes = accel.mount_volumes(container, spec, volumes, mounts)
     pod: dict[str, Any] = {
         "restartPolicy": "Never",  # retries belong to the Job (and podFailurePolicy needs Never)
         # The worker never talks to the Kubernetes API; its report leaves through the termination log.

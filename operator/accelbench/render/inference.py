@@ -275,12 +275,7 @@ def build_server_pod_template(bench: InferenceBench, spec: AcceleratorSpec, plan
     name = bench.metadata.name
     container = build_server_container(bench, spec, plan)
     volumes, mounts = build_claim_volumes([ClaimUse(bench.spec.model.uri, writable=False)], MODEL_ROOT)
-    if accel.needs_shm(spec):
-        shm, shm_mount = accel.shm_volume()
-        volumes.append(shm)
-        mounts.append(shm_mount)
-    if mounts:
-        container["volumeMounts"] = mounts
+    volumes = accel.mount_volumes(container, spec, volumes, mounts)
     pod: dict[str, Any] = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
