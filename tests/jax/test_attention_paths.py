@@ -41,3 +41,44 @@ def test_dot_product_attention_matches_einsum(family: str, monkeypatch: pytest.M
     fused = attn(x, positions, mask)
     np.testing.assert_allclose(np.asarray(fused), np.asarray(plain), atol=1e-5, rtol=1e-5)
     assert jax.numpy.isfinite(fused).all()
+
+
+@pytest.mark.parametrize("impl", ["xla", "einsum"])
+@pytest.mark.parametrize("family", ["llama", "gemma3"])
+def test_causal_flags_equal_the_mask_on_one_sequence_rows(
+    family: str, impl: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """mask None (is_causal + window flags) = the data.py mask, on every real token of a row."""
+    raw = tiny_config(family, **SHAPE)
+    raw.sliding_window = 4  # shorter than the rows, so the window is exercised
+    cfg = config_from_hf(raw.to_dict() if hasattr(raw, "to_dict") else raw)
+    layer_type = SLIDING if SLIDING in cfg.rope else FULL
+    attn = layers.Attention(cfg, layer_type, rngs=nnx.Rngs(1), param_dtype=jnp.float32, dtype=jnp.float32)
+    if family == "gemma3":
+        assert attn.window == 4  # the window is exercised: rows are longer than it
+    rng = np.random.default_rng(1)
+    x = jnp.asarray(rng.normal(size=(2, 12, cfg.hidden)), jnp.float32)
+    positions = jnp.asarray(np.arange(12)[None].repeat(2, 0), jnp.int32)
+    segments = jnp.asarray([[1] * 12, [1] * 9 + [0] * 3], jnp.int32)  # one sequence, then padding
+    monkeypatch.setattr(layers, "ATTENTION_IMPL", impl)
+    masked = np.asarray(attn(x, positions, layers.attention_mask(segments, attn.window)))
+    flagged = np.asarray(attn(x, positions, None))
+    real = np.asarray(segments) > 0  # padding outputs differ and carry no loss
+    np.testing.assert_allclose(flagged[real], masked[real], atol=1e-5, rtol=1e-5)
+
+
+def test_model_without_segment_masks_equals_with_them_on_one_sequence_rows() -> None:
+    from accelbench.jaxmodels import Transformer
+
+    raw = tiny_config("gemma3", **SHAPE)
+    raw.sliding_window = 4
+    cfg = config_from_hf(raw.to_dict())
+    model = Transformer(cfg, rngs=nnx.Rngs(2), dtype=jnp.float32)
+    ids = jnp.asarray(np.random.default_rng(2).integers(0, 64, size=(2, 12)), jnp.int32)
+    positions = jnp.asarray(np.arange(12)[None].repeat(2, 0), jnp.int32)
+    segments = jnp.asarray([[1] * 12, [1] * 8 + [0] * 4], jnp.int32)
+    masked = np.asarray(model(ids, positions, segments))
+    model.segment_masks = False
+    flagged = np.asarray(model(ids, positions, segments))
+    real = np.asarray(segments) > 0
+    np.testing.assert_allclose(flagged[real], masked[real], atol=1e-5, rtol=1e-5)

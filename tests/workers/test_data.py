@@ -179,3 +179,10 @@ def test_reference_loss_is_token_weighted() -> None:
     second = {"targets": targets, "loss_mask": np.array([[1.0, 1.0]], dtype=np.float32)}
     # three tokens: one almost free, two at log(4); per-token mean, not mean of micro-batch means
     assert reference_loss(logits, [first, second]) == pytest.approx((0.0 + 2 * np.log(4)) / 3, abs=1e-3)
+
+
+def test_one_sequence_per_row_tells_packed_data_apart(tiny_llama: Path, chat_dataset: Path) -> None:
+    packed = _prepared(tiny_llama, chat_dataset, packing=True)
+    assert int(packed.train.segment_ids.max()) > 1 and not packed.one_sequence_per_row
+    padded = _prepared(tiny_llama, chat_dataset, packing=False)
+    assert int(padded.train.segment_ids.max()) == 1 and padded.one_sequence_per_row

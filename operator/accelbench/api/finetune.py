@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Annotated
 
 from pydantic import Field, model_validator
 
@@ -170,6 +171,81 @@ class Output(ApiModel):
     merge_lora: bool = Field(default=True, description="Export W + alpha/r·BA so engines load it directly.")
 
 
+class ExtractMode(StrEnum):
+    """What of a completion the checker gets: all of it, or the first ``` fenced block in it."""
+
+    RAW = "raw"
+    FENCED = "fenced"
+
+
+class Checker(ApiModel):
+    """A command run once per sample in a fresh directory; exit status 0 = pass, timeout = fail."""
+
+    # The directory holds the sample (`sample_file`) and the problem row (problem.json); the env has
+    # ACCELBENCH_SAMPLE, ACCELBENCH_PROBLEM and ACCELBENCH_WORKDIR, and `{sample}`, `{problem}`,
+    # `{workdir}` in an argument become the same paths. No shell: ["sh", "-c", "..."] for pipelines.
+
+    command: list[str] = Field(min_length=1, description="argv, e.g. [sh, -c, 'iverilog ... && vvp ...'].")
+    timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
+    extract: ExtractMode = Field(
+        default=ExtractMode.RAW, description="raw: the whole completion; fenced: its first ``` block."
+    )
+    sample_file: str = Field(
+        default="sample.txt",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        max_length=100,
+        description="File name the sample is written to (an extension some tools want, e.g. design.v).",
+    )
+
+
+class PassAtK(ApiModel):
+    """After training: sample completions for held-out problems and score them with a checker."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                cel(
+                    "!has(self.samplesPerProblem) || !has(self.k) "
+                    "|| self.k.all(x, x <= self.samplesPerProblem)",
+                    "samplesPerProblem must be at least the largest k",
+                )
+            ]
+        }
+    }
+
+    dataset: str = Field(
+        min_length=1,
+        description="JSONL of problems: chat `messages` (a trailing assistant turn, the reference, is "
+        "dropped) or `prompt`, plus any fields the checker reads (tests, id, ...).",
+    )
+    k: list[Annotated[int, Field(ge=1, le=1000)]] = Field(
+        default_factory=lambda: [1], min_length=1, max_length=8, description="The k of each pass@k."
+    )
+    samples_per_problem: int | None = Field(
+        default=None, ge=1, le=1000, description="n samples per problem (>= every k); default: the largest k."
+    )
+    max_problems: int | None = Field(default=None, ge=1, description="Use the first N problems only.")
+    max_new_tokens: int = Field(default=512, ge=1, le=32768)
+    temperature: float = Field(
+        default=0.0, ge=0, le=10, description="0 = greedy (one sample per problem stands for all n)."
+    )
+    top_p: float = Field(default=1.0, gt=0, le=1)
+    seed: int = 0
+    batch_size: int = Field(default=16, ge=1, le=4096, description="Sequences generated together.")
+    checker: Checker
+
+    @model_validator(mode="after")
+    def _n_covers_k(self) -> PassAtK:
+        if self.samples_per_problem is not None and max(self.k) > self.samples_per_problem:
+            raise ValueError("samplesPerProblem must be at least the largest k")
+        return self
+
+    @property
+    def n(self) -> int:
+        """Samples per problem."""
+        return self.samples_per_problem if self.samples_per_problem is not None else max(self.k)
+
+
 class FinetuneJobSpec(RunControl):
     """Fine-tune a model (LoRA or full) with a JAX or PyTorch worker and report throughput, MFU and cost."""
 
@@ -186,4 +262,7 @@ class FinetuneJobSpec(RunControl):
     env: list[EnvVar] = Field(default_factory=list)
     resources: Resources | None = None
     output: Output | None = None
+    pass_at_k: PassAtK | None = Field(
+        default=None, description="Optional pass@k eval after training, scored by a checker command."
+    )
     pricing: Pricing = Field(default_factory=Pricing)

@@ -12,7 +12,7 @@ from enum import StrEnum
 from pydantic import Field
 
 from .base import ApiModel
-from .status import BenchResults
+from .status import BenchResults, PassAtKResults
 
 TERMINATION_MESSAGE_LIMIT = 4096
 REPORT_SCHEMA_VERSION = 1
@@ -41,6 +41,7 @@ class FinetuneMetrics(ApiModel):
     final_loss: float | None = None
     eval_loss: float | None = None
     perplexity: float | None = None
+    pass_at_k: PassAtKResults | None = None
     loss_history: list[float] = Field(default_factory=list)
 
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Annotated
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from .base import ApiModel
 
@@ -100,6 +101,36 @@ class Cost(ApiModel):
     price_source: str = Field(description="Where the price came from: catalog entry and date, or custom.")
 
 
+class PassAtKResults(ApiModel):
+    """pass@k after training: the unbiased estimator 1 - C(n-c,k)/C(n,k), averaged over problems."""
+
+    # `samples` counts checked completions (greedy decoding checks one per problem and counts it n
+    # times); passed + failed = samples, and timeouts and checker errors are failures too.
+
+    scores: dict[str, Annotated[float, Field(ge=0, le=1)]] = Field(
+        default_factory=dict, description='By k: {"pass@1": 0.42, "pass@10": 0.71}.'
+    )
+    problems: int = Field(ge=0)
+    samples_per_problem: int = Field(ge=1)
+    samples: int = Field(ge=0, description="Completions checked.")
+    passed: int = Field(ge=0)
+    failed: int = Field(ge=0)
+    timeouts: int = Field(default=0, ge=0)
+    checker_errors: int = Field(default=0, ge=0, description="The checker could not run (e.g. not found).")
+    seconds: float | None = Field(default=None, ge=0)
+    generate_seconds: float | None = Field(default=None, ge=0)
+    check_seconds: float | None = Field(default=None, ge=0)
+    note: str | None = Field(default=None, max_length=300)
+
+    @model_validator(mode="after")
+    def _counts_add_up(self) -> PassAtKResults:
+        if self.passed + self.failed != self.samples:
+            raise ValueError("passed + failed must equal samples")
+        if self.timeouts + self.checker_errors > self.failed:
+            raise ValueError("timeouts and checker errors are failures: their sum cannot exceed failed")
+        return self
+
+
 class FinetuneResults(ApiModel):
     tokens_per_second: float
     tokens_per_second_per_chip: float
@@ -113,6 +144,7 @@ class FinetuneResults(ApiModel):
     perplexity: float | None = None
     train_seconds: float | None = None
     device: str | None = None
+    pass_at_k: PassAtKResults | None = None
 
 
 class BenchCell(ApiModel):

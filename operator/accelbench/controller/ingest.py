@@ -18,7 +18,14 @@ from accelbench.api.report import (
     WorkerReport,
     parse_termination_message,
 )
-from accelbench.api.status import BenchResults, Condition, ConditionType, FinetuneResults, Reason
+from accelbench.api.status import (
+    BenchResults,
+    Condition,
+    ConditionType,
+    FinetuneResults,
+    PassAtKResults,
+    Reason,
+)
 
 from .conditions import make_condition
 
@@ -63,6 +70,21 @@ def finetune_results(
         perplexity=_sig(metrics.perplexity),
         train_seconds=_sig(timings.train_seconds) if timings else None,
         device=device,
+        pass_at_k=pass_at_k_results(metrics.pass_at_k),
+    )
+
+
+def pass_at_k_results(section: PassAtKResults | None) -> PassAtKResults | None:
+    """The report's pass@k section (already validated: counts add up, scores in [0, 1]), rounded."""
+    if section is None:
+        return None
+    return section.model_copy(
+        update={
+            "scores": {k: min(max(float(_sig(v) or 0.0), 0.0), 1.0) for k, v in section.scores.items()},
+            "seconds": _sig(section.seconds),
+            "generate_seconds": _sig(section.generate_seconds),
+            "check_seconds": _sig(section.check_seconds),
+        }
     )
 
 

@@ -52,8 +52,12 @@ class Transformer(nnx.Module):
         param_dtype: jnp.dtype = jnp.float32,
         dtype: jnp.dtype = jnp.bfloat16,
         remat: bool = False,
+        segment_masks: bool = True,
     ) -> None:
         # Only hashable scalars as static attributes (jit caches on the graph definition).
+        # segment_masks False: every row holds one sequence (plus trailing padding), so attention
+        # is plain causal and runs on the fused kernels' causal/window flags instead of masks.
+        self.segment_masks = segment_masks
         self.sliding_window = cfg.sliding_window
         self.final_softcap = cfg.final_softcap
         self.dtype = dtype
@@ -90,10 +94,13 @@ class Transformer(nnx.Module):
     def hidden_states(self, input_ids: jax.Array, positions: jax.Array, segment_ids: jax.Array) -> jax.Array:
         """Final-norm output [B, T, embed] in the compute dtype."""
         x = self.embedder.encode(input_ids, self.dtype)
-        # Two masks at most (global and local), built once and shared by the layers.
-        masks = {None: attention_mask(segment_ids, None)}
-        if self.sliding_window is not None:
-            masks[self.sliding_window] = attention_mask(segment_ids, self.sliding_window)
+        # Two masks at most (global and local), built once and shared by the layers; none at all
+        # when rows hold one sequence each (the layers then attend causally by flag).
+        masks: dict[int | None, jax.Array | None] = {None: None, self.sliding_window: None}
+        if self.segment_masks:
+            masks[None] = attention_mask(segment_ids, None)
+            if self.sliding_window is not None:
+                masks[self.sliding_window] = attention_mask(segment_ids, self.sliding_window)
         for block in self.layers:
             mask = masks[block.attn.window]
             x = _checkpointed(block, x, positions, mask) if self.remat else block(x, positions, mask)
@@ -107,7 +114,7 @@ class Transformer(nnx.Module):
         return self.logits(self.hidden_states(input_ids, positions, segment_ids))
 
 
-def _checkpointed(block: Block, x: jax.Array, positions: jax.Array, mask: jax.Array) -> jax.Array:
+def _checkpointed(block: Block, x: jax.Array, positions: jax.Array, mask: jax.Array | None) -> jax.Array:
     """Run a block under jax.checkpoint: its activations are recomputed in the backward pass.
 
     A pure function of the block's state (blocks mutate nothing), rather than nnx.remat, which
@@ -116,7 +123,7 @@ def _checkpointed(block: Block, x: jax.Array, positions: jax.Array, mask: jax.Ar
     """
     graphdef, state = nnx.split(block)
 
-    def run(state: nnx.State, h: jax.Array, p: jax.Array, m: jax.Array) -> jax.Array:
+    def run(state: nnx.State, h: jax.Array, p: jax.Array, m: jax.Array | None) -> jax.Array:
         return nnx.merge(graphdef, state)(h, p, m)
 
     return jax.checkpoint(run)(state, x, positions, mask)

@@ -108,6 +108,8 @@ def build_worker_env(job: FinetuneJob, plan: Plan) -> list[dict[str, Any]]:
 
 def build_worker_storage(job: FinetuneJob) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     uses = [ClaimUse(job.spec.model.uri, writable=False), ClaimUse(job.spec.dataset.uri, writable=False)]
+    if job.spec.pass_at_k is not None:
+        uses.append(ClaimUse(job.spec.pass_at_k.dataset, writable=False))
     if job.spec.output is not None:
         uses.append(ClaimUse(job.spec.output.uri, writable=True))
     return build_claim_volumes(uses, PVC_ROOT)

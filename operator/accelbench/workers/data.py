@@ -433,6 +433,11 @@ class PreparedData:
     tokenizer_source: str = ""
     vocab_size: int = 0
 
+    @property
+    def one_sequence_per_row(self) -> bool:
+        """True when no row (train or held-out) packs two examples: plain causal attention suffices."""
+        return all(int(r.segment_ids.max(initial=0)) <= 1 for r in (self.train, self.held_out))
+
     def micro_batch_size(self, dp_size: int) -> int:
         per_rank = self.per_rank_batch(dp_size)
         micro = min(self.config.micro_batch_size or per_rank, per_rank)

@@ -99,6 +99,7 @@ def build_report(
         final_loss=losses[-1] if losses else None,
         eval_loss=eval_loss,
         perplexity=perplexity(eval_loss),
+        pass_at_k=outcome.pass_at_k,
         loss_history=_thin(losses, LOSS_HISTORY_LIMIT),
     )
     train_seconds = sum(s.seconds for s in outcome.steps)

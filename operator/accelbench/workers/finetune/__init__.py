@@ -14,6 +14,9 @@ both frameworks are measured by the same code. A framework's `train` must:
   as `accelbench.workers.data` documents (sum(ce·mask) / global sum(mask), attention rule included);
 - call `ctx.metrics.on_step(...)` after each step (serves Prometheus, drives the CLI progress bar);
 - record one `StepRecord` per optimizer step with wall time measured after a device synchronize;
+- after the held-out eval, when `ctx.pass_at_k` is set, generate and score it with
+  `finetune.passk.evaluate` (generate_torch / jax_worker.passk supply the generation) and put the
+  result in `FinetuneOutcome.pass_at_k`;
 - fill `FinetuneOutcome` and raise `InvalidConfigError` for inputs that cannot work (exit code 3);
   anything else propagates and becomes exit code 1.
 """
@@ -24,12 +27,16 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ...api import FinetuneJob
+from ...api.status import PassAtKResults
 from .. import InvalidConfigError
 from ..data import PreparedData
 from ..jobenv import DistEnv
+
+if TYPE_CHECKING:
+    from .passk import PassAtKTask
 
 
 class MetricsSink(Protocol):
@@ -75,6 +82,7 @@ class TrainContext:
     warmup_steps_excluded: int = 1  # steps left out of tokens/s (compilation, allocator warm-up)
     compile: bool = False  # ACCELBENCH_COMPILE=1: torch.compile / (JAX always jits)
     log: Callable[[str], None] = print
+    pass_at_k: PassAtKTask | None = None  # spec.passAtK with its problems loaded; None = not asked for
 
 
 @dataclass(frozen=True)
@@ -105,6 +113,7 @@ class FinetuneOutcome:
     versions: dict[str, str] = field(default_factory=dict)  # framework library versions
     output_path: str | None = None  # where weights were written
     notes: list[str] = field(default_factory=list)  # fallbacks taken (e.g. sdpa instead of flash)
+    pass_at_k: PassAtKResults | None = None  # after training, when spec.passAtK asked for it
 
 
 # The optimizer recipe both frameworks implement (torch.optim.AdamW / optax.adamw defaults agree):

@@ -29,6 +29,7 @@ from ..jobenv import DistEnv, JobInput, dist_env, load_job, resolve_uri
 from ..metrics import WorkerMetrics, metrics_port, start_metrics_server
 from ..report import build_report, error_report, exit_code, termination_log_path, write_report
 from . import FinetuneOutcome, MetricsSink, TrainContext
+from .passk import PassAtKTask, load_task
 
 
 class TeeSink:
@@ -135,7 +136,19 @@ def build_context(
         warmup_steps_excluded=1 if data.total_steps > 1 else 0,
         compile=options.env.get("ACCELBENCH_COMPILE", "") == "1",
         log=options.log or _stderr,
+        pass_at_k=pass_at_k_task(job, model_dir, options),
     )
+
+
+def pass_at_k_task(job: FinetuneJob, model_dir: Path, options: RunOptions) -> PassAtKTask | None:
+    """spec.passAtK with its problems read and tokenized now: a bad file fails before training."""
+    spec = job.spec.pass_at_k
+    if spec is None:
+        return None
+    path = resolve_uri(spec.dataset, options.env, options.base_dir)
+    if not path.is_file():
+        raise InvalidConfigError(f"pass@k problems {path} (from {spec.dataset}) do not exist")
+    return load_task(spec, path, model_dir, job.spec.model.family.value)
 
 
 def _stderr(message: str) -> None:

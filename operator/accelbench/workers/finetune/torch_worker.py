@@ -16,7 +16,7 @@ import os
 import platform
 import resource
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,8 +114,16 @@ def peak_memory(device: torch.device) -> int | None:
 # Model
 
 
+# ACCELBENCH_TORCH_ATTENTION names transformers' attn_implementation outright (e.g. flex_attention)
+# for benchmarking; packed rows' masks are built for sdpa/eager, so leave it unset for packed data.
+ATTENTION_OVERRIDE = "ACCELBENCH_TORCH_ATTENTION"
+
+
 def choose_attention(flash_requested: bool, device: torch.device) -> tuple[str, str | None]:
     """(attn_implementation, note). flash_attention_2 needs CUDA and the flash_attn package."""
+    forced = os.environ.get(ATTENTION_OVERRIDE)
+    if forced:
+        return forced, f"attention forced to {forced} by {ATTENTION_OVERRIDE}"
     if not flash_requested:
         return "sdpa", None
     if device.type == "cuda" and importlib.util.find_spec("flash_attn") is not None:
@@ -206,17 +214,42 @@ def to_device(batch: Batch, device: torch.device) -> dict[str, torch.Tensor]:
     return {k: v.to(device, non_blocking=True) for k, v in tensors.items()}
 
 
-def masked_ce_sum(
-    model: torch.nn.Module, batch: Batch, config: Any, attn: str, device: torch.device
+def forward_ce(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    positions: torch.Tensor,
+    mask: torch.Tensor | dict[str, torch.Tensor] | None,
+    targets: torch.Tensor,
+    loss_mask: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(sum(ce·mask), sum(mask)) of one micro-batch; ce in float32 (data.py's formula)."""
+    """(sum(ce·mask), sum(mask)): forward and the data.py loss formula, ce in float32.
+
+    One function so torch.compile sees the forward and the loss together: compiled alone, the
+    model would hand eager code float32 logits of [tokens, vocab] (17 GB for 16k tokens of a
+    262k vocabulary) to upcast, write and read back.
+    """
+    out = model(input_ids=input_ids, position_ids=positions, attention_mask=mask, use_cache=False)
+    logits = out.logits.float()
+    ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none")
+    weights = loss_mask.reshape(-1)
+    return (ce * weights).sum(), weights.sum()
+
+
+LossFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
+
+
+def masked_ce_sum(
+    model: torch.nn.Module,
+    batch: Batch,
+    config: Any,
+    attn: str,
+    device: torch.device,
+    loss_fn: LossFn = forward_ce,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sum(ce·mask), sum(mask)) of one micro-batch (`loss_fn` is forward_ce, maybe compiled)."""
     t = to_device(batch, device)
     mask = attention_mask_for(batch["segment_ids"], config, attn, device)
-    out = model(input_ids=t["input_ids"], position_ids=t["positions"], attention_mask=mask, use_cache=False)
-    logits = out.logits.float()
-    ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), t["targets"].reshape(-1), reduction="none")
-    weights = t["loss_mask"].reshape(-1)
-    return (ce * weights).sum(), weights.sum()
+    return loss_fn(model, t["input_ids"], t["positions"], mask, t["targets"], t["loss_mask"])
 
 
 def all_reduce_sum(value: torch.Tensor, distributed: bool) -> torch.Tensor:
@@ -319,8 +352,8 @@ def train(ctx: TrainContext) -> FinetuneOutcome:
     base = model
     if dist:
         model = wrap_distributed(model, ctx, device)
-    if ctx.compile:
-        model = torch.compile(model)
+    # Eval stays eager: it runs a few times, and in no_grad mode it would be a second compile.
+    loss_fn: LossFn = torch.compile(forward_ce) if ctx.compile else forward_ce
     optimizer = build_optimizer(base, ctx, device)
     trainable = [p for p in base.parameters() if p.requires_grad]
     setup_seconds = time.perf_counter() - started
@@ -343,7 +376,7 @@ def train(ctx: TrainContext) -> FinetuneOutcome:
         micro = step_batch.micro_batches
         for k, batch in enumerate(micro):
             with no_sync(model, k == len(micro) - 1):
-                ce_sum, _ = masked_ce_sum(model, batch, config, attn, device)
+                ce_sum, _ = masked_ce_sum(model, batch, config, attn, device, loss_fn)
                 # DDP and FSDP average gradients over ranks; × world makes it the global-token mean.
                 (ce_sum * (world / step_batch.global_loss_tokens)).backward()
                 mark_step(device)
@@ -376,6 +409,11 @@ def train(ctx: TrainContext) -> FinetuneOutcome:
     if eval_loss is not None:
         evals.append((total_steps, eval_loss))
         ctx.metrics.on_eval(total_steps, eval_loss)
+    pass_at_k = None
+    if ctx.pass_at_k is not None:  # before saving: a merged LoRA export unloads the adapters
+        from .generate_torch import run_pass_at_k
+
+        pass_at_k = run_pass_at_k(base, ctx, device, dist)
     output_path = None
     if ctx.output_dir is not None:
         output_path = save_weights(base, ctx, lora, dist)
@@ -395,6 +433,7 @@ def train(ctx: TrainContext) -> FinetuneOutcome:
         versions=library_versions(attn, device),
         output_path=output_path,
         notes=notes,
+        pass_at_k=pass_at_k,
     )
 
 

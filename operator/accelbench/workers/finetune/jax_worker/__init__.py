@@ -62,6 +62,8 @@ def load_model(ctx: TrainContext, mesh: Mesh) -> LoadedModel:
             f"the tokenizer has {ctx.data.vocab_size} tokens, "
             f"the model's embedding only {loaded.cfg.vocab_size}"
         )
+    # Static: one compile, and the fused kernels' causal/window flags when no row packs two examples.
+    loaded.model.segment_masks = not ctx.data.one_sequence_per_row
     if spec.method.type == MethodType.LORA:
         if spec.method.dropout > 0:
             raise InvalidConfigError(
@@ -77,6 +79,15 @@ def load_model(ctx: TrainContext, mesh: Mesh) -> LoadedModel:
         except ValueError as exc:
             raise InvalidConfigError(str(exc)) from None
     return loaded
+
+
+def attention_note(segment_masks: bool) -> str:
+    from ....jaxmodels.layers import ATTENTION_IMPL
+
+    how = "einsum (XLA)" if ATTENTION_IMPL == "einsum" else f"jax.nn.dot_product_attention ({ATTENTION_IMPL})"
+    if segment_masks:
+        return f"attention: {how} with block-diagonal masks (rows pack several examples)"
+    return f"attention: {how}, causal and sliding window as kernel flags (one example per row)"
 
 
 def place_state(state: Any, mesh: Mesh) -> Any:
@@ -203,10 +214,10 @@ def train(ctx: TrainContext) -> FinetuneOutcome:
     initialize_distributed(ctx.dist)
     spec = ctx.job.spec
     training = spec.training
-    notes = ["attention: XLA einsum attention with a block-diagonal causal mask (no fused kernel)"]
     mesh = build_mesh(ctx.plan)
     ctx.log(f"jax mesh {dict(mesh.shape)} on {jax.device_count()} devices, {jax.process_count()} processes")
     loaded = load_model(ctx, mesh)
+    notes = [attention_note(loaded.model.segment_masks)]
     lora = spec.method.type == MethodType.LORA
     split = split_model(loaded.model, lora)
     split.trainable = place_state(split.trainable, mesh)
@@ -257,6 +268,11 @@ def train(ctx: TrainContext) -> FinetuneOutcome:
     if eval_loss is not None:
         evals.append((ctx.data.total_steps, eval_loss))
         ctx.metrics.on_eval(ctx.data.total_steps, eval_loss)
+    pass_at_k = None
+    if ctx.pass_at_k is not None:
+        from .passk import run_pass_at_k
+
+        pass_at_k = run_pass_at_k(ctx, split, mesh)
     output_path = save_output(ctx, loaded, split) if ctx.output_dir is not None else None
     peak, capacity = device_memory()
     return FinetuneOutcome(
@@ -274,6 +290,7 @@ def train(ctx: TrainContext) -> FinetuneOutcome:
         versions=versions(),
         output_path=output_path,
         notes=notes,
+        pass_at_k=pass_at_k,
     )
 
 
