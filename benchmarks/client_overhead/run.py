@@ -10,6 +10,11 @@ per-request export, request_start_ns - credit_issued_ns (credit = its timing man
 
     .venv/bin/python benchmarks/client_overhead/run.py --aiperf /tmp/peer-aiperf/bin/aiperf \
         --tokenizer /tmp/tiny-llama --out benchmarks/client_overhead/results.json
+
+On the device machine (see README.md): AIPerf installed from the carried wheels, run as a module,
+a tokenizer made on the spot, results in $OUT:
+
+    python3 benchmarks/client_overhead/run.py --aiperf 'python3 -m aiperf' --budget-s 500
 """
 
 from __future__ import annotations
@@ -18,19 +23,55 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
 OUTPUT_TOKENS = 64
 SECONDS_PER_RATE = 4.0
 RATES = (100, 400, 800, 1600, 3200, 6400)
+
+
+def child_env() -> dict[str, str]:
+    """The package from this checkout (the device has no accelbench installed): operator/ first on
+    PYTHONPATH, the rest (e.g. /tmp/site with the carried wheels) kept. No HF offline mode: AIPerf
+    0.13 then looks a tokenizer up in the Hub cache only and fails on a local directory."""
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    env["HF_HUB_DISABLE_UPDATE_CHECK"] = "1"
+    parts = [str(REPO / "operator"), *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]]
+    env["PYTHONPATH"] = os.pathsep.join(parts)
+    return env
+
+
+def aiperf_command(text: str) -> list[str]:
+    """An executable path, or a command line such as 'python3 -m aiperf'."""
+    return [text] if Path(text).exists() else shlex.split(text)
+
+
+def version_of(command: list[str]) -> str | None:
+    try:
+        done = subprocess.run(
+            [*command, "--version"], capture_output=True, text=True, timeout=120, env=child_env()
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (done.stdout or done.stderr).strip().splitlines()[-1] if done.returncode == 0 else None
+
+
+def make_tokenizer(directory: Path) -> str:
+    """AIPerf builds its synthetic prompts with a tokenizer: the tests' tiny model dir (its BPE)."""
+    code = "import sys; from accelbench.workers.testing import make_tiny_model; make_tiny_model(sys.argv[1])"
+    subprocess.run([sys.executable, "-c", code, str(directory)], check=True, env=child_env(), timeout=300)
+    return str(directory)
 
 
 def free_port() -> int:
@@ -48,7 +89,7 @@ def accelbench(url: str, rate: float, count: int, transport: str) -> dict:
             "--input-lengths", "32", "--output-length", str(OUTPUT_TOKENS), "--warmup", "8",
             "--no-capacity-search", "--transport", transport, "--out", str(out),
         ]  # fmt: skip
-        subprocess.run(cmd, check=True, capture_output=True, timeout=600)
+        subprocess.run(cmd, check=True, capture_output=True, timeout=600, env=child_env())
         cell = json.loads(out.read_text())["cells"][0]
     return {
         "lagP50Ms": cell["scheduleLagMs"]["p50"],
@@ -61,15 +102,15 @@ def accelbench(url: str, rate: float, count: int, transport: str) -> dict:
     }
 
 
-def aiperf(exe: str, tokenizer: str, url: str, rate: float, count: int) -> dict:
+def aiperf(exe: list[str], tokenizer: str, url: str, rate: float, count: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [
-            exe, "profile", "--model", "zero", "--url", url, "--endpoint-type", "completions", "--streaming",
+            *exe, "profile", "--model", "zero", "--url", url, "--endpoint-type", "completions", "--streaming",
             "--tokenizer", tokenizer, "--use-server-token-count", "--request-rate", str(rate),
             "--request-count", str(count), "--isl", "32", "--isl-stddev", "0", "--osl", str(OUTPUT_TOKENS),
             "--osl-stddev", "0", "--warmup-request-count", "8", "--artifact-dir", tmp, "--ui-type", "none",
         ]  # fmt: skip
-        subprocess.run(cmd, check=True, capture_output=True, timeout=600)
+        subprocess.run(cmd, check=True, capture_output=True, timeout=600, env=child_env())
         data = json.loads((Path(tmp) / "profile_export_aiperf.json").read_text())
         lags = []
         for line in (Path(tmp) / "profile_export.jsonl").read_text().splitlines():
@@ -132,30 +173,63 @@ def summarize(results: dict[str, list[dict]]) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--aiperf", help="aiperf executable (separate venv)")
-    p.add_argument("--tokenizer", help="tokenizer dir for aiperf's synthetic prompts")
+    p.add_argument("--aiperf", help="aiperf executable (separate venv) or command ('python3 -m aiperf')")
+    p.add_argument("--tokenizer", help="tokenizer dir for aiperf's prompts (default: a tiny one made here)")
     p.add_argument("--rates", default=",".join(str(r) for r in RATES))
-    p.add_argument("--out", default=str(HERE / "results.json"))
+    p.add_argument("--tools", default="raw,aiohttp,aiperf", help="which of raw,aiohttp,aiperf to run")
+    p.add_argument("--budget-s", type=float, default=None, help="start no run once this many seconds passed")
+    p.add_argument("--pin", choices=("auto", "off"), default="auto", help="auto: server on CPU 0 (>= 4 CPUs)")
+    default_out = Path(os.environ["OUT"]) / "results.json" if os.environ.get("OUT") else HERE / "results.json"
+    p.add_argument("--out", default=str(default_out), help="default: $OUT/results.json, else here")
     args = p.parse_args()
+    started = time.monotonic()
+    wanted = {t.strip() for t in args.tools.split(",") if t.strip()}
     port = free_port()
-    server = subprocess.Popen([sys.executable, str(HERE / "zero_server.py"), "--port", str(port)])
+    server_cmd = [sys.executable, str(HERE / "zero_server.py"), "--port", str(port)]
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    split = None
+    if args.pin == "auto" and len(cpus) >= 4:
+        # The server on the first CPU, the tools (this process's children) on the others, so the
+        # server's work never preempts the measured client on its core.
+        try:
+            os.sched_setaffinity(0, cpus[1:])
+            split = {"server": cpus[:1], "clients": cpus[1:]}
+            pin = "import os, sys; os.sched_setaffinity(0, {int(sys.argv[1])}); "
+            pin += "os.execv(sys.argv[2], sys.argv[2:])"
+            server_cmd = [sys.executable, "-c", pin, str(cpus[0]), *server_cmd]
+        except OSError as exc:
+            print(f"no CPU pinning: {exc}", flush=True)
+    server = subprocess.Popen(server_cmd)
     url = f"http://127.0.0.1:{port}"
+    tools: dict[str, Callable[[float, int], dict]] = {}
+    if "raw" in wanted:
+        tools["accelbench (raw transport)"] = lambda r, n: accelbench(url, r, n, "raw")
+    if "aiohttp" in wanted:
+        tools["accelbench (aiohttp transport)"] = lambda r, n: accelbench(url, r, n, "aiohttp")
+    versions: dict[str, str | None] = {}
+    scratch = tempfile.TemporaryDirectory()
+    if args.aiperf and "aiperf" in wanted:
+        exe = aiperf_command(args.aiperf)
+        versions["aiperf"] = version_of(exe)
+        tokenizer = args.tokenizer or make_tokenizer(Path(scratch.name) / "tiny-llama")
+        tools["aiperf"] = lambda r, n: aiperf(exe, tokenizer, url, r, n)
     time.sleep(1.0)
-    tools = {
-        "accelbench (raw transport)": lambda r, n: accelbench(url, r, n, "raw"),
-        "accelbench (aiohttp transport)": lambda r, n: accelbench(url, r, n, "aiohttp"),
-    }
-    if args.aiperf:
-        tools["aiperf"] = lambda r, n: aiperf(args.aiperf, args.tokenizer, url, r, n)
     results: dict[str, list[dict]] = {name: [] for name in tools}
+    skipped: list[str] = []
     try:
         for name, fn in tools.items():
             for rate in (float(x) for x in args.rates.split(",")):
+                if args.budget_s is not None and time.monotonic() - started > args.budget_s:
+                    skipped.append(f"{name} at {rate:g} req/s (time budget)")
+                    continue
                 count = max(200, int(rate * SECONDS_PER_RATE))
                 try:
                     r = fn(rate, count)
                 except subprocess.SubprocessError as exc:
                     r = {"failed": str(exc)[:300]}
+                    stderr = getattr(exc, "stderr", None)
+                    if stderr:
+                        r["stderrTail"] = stderr[-1500:].decode(errors="replace")
                 r.update({"offeredRequestsPerSecond": rate, "requests": count})
                 r["sustained"] = "failed" not in r and sustained(rate, r)
                 r["sustainedAtP50"] = "failed" not in r and sustained(rate, r, "lagP50Ms")
@@ -170,6 +244,7 @@ def main() -> None:
     finally:
         server.terminate()
         server.wait(10)
+        scratch.cleanup()
     summary = summarize(results)
     doc = {
         "what": "highest sustained open-loop rate, one client process, zero-latency server (see summarize)",
@@ -180,10 +255,15 @@ def main() -> None:
             "platform": platform.platform(),
             "python": platform.python_version(),
             "loadavg_at_end": os.getloadavg(),
+            "cpu_split": split,
         },
+        "versions": versions,
+        "seconds": round(time.monotonic() - started, 1),
+        "skipped": skipped,
         "summary": summary,
         "runs": results,
     }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(doc, indent=1))
     print(json.dumps(summary, indent=1))
 
