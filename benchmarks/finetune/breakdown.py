@@ -46,33 +46,14 @@ def timed(fn: Any, *args: Any, repeats: int = 10) -> tuple[float, float]:
 
 def build(size: str, method: str, seq: int, layers: int | None) -> tuple[Any, Any, dict[str, Any]]:
     import jax.numpy as jnp
-    from child import catalog_shape
+    from child import catalog_shape, gemma3_config
     from flax import nnx
 
     from accelbench.jaxmodels import Transformer
     from accelbench.jaxmodels.config import config_from_hf
-    from accelbench.workers.testing import tiny_config
 
     shape = catalog_shape({"size": size, "layers": layers})
-    hf = tiny_config(
-        "gemma3",
-        vocab_size=shape["vocab"],
-        layers=shape["layers"],
-        hidden=shape["hidden"],
-        heads=shape["heads"],
-        kv_heads=shape["kv_heads"],
-        head_dim=shape["head_dim"],
-        intermediate=shape["intermediate"],
-        dtype="bfloat16",
-    )
-    hf.sliding_window = shape["sliding_window"]
-    local = shape["local_per_global"]
-    hf.layer_types = [
-        "full_attention" if local and (i + 1) % (local + 1) == 0 else "sliding_attention"
-        for i in range(shape["layers"])
-    ]
-    hf.query_pre_attn_scalar = shape["query_pre_attn_scalar"]
-    hf.max_position_embeddings = max(seq, 4096)
+    hf = gemma3_config(shape, seq)
     cfg_dict = hf.to_dict()
     cfg = config_from_hf(cfg_dict)
     model = Transformer(

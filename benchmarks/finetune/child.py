@@ -178,25 +178,10 @@ def catalog_shape(spec: dict[str, Any]) -> dict[str, Any]:
     return shape
 
 
-def build_model(spec: dict[str, Any]) -> dict[str, Any]:
-    """The tests' generator (workers.testing: BPE tokenizer, tiny_config, tokenizer files) at a real
-    Gemma 3 shape; weights initialized by transformers on the GPU when there is one, saved sharded."""
-    import torch
-    from transformers import AutoModelForCausalLM
+def gemma3_config(shape: dict[str, Any], max_seq: int) -> Any:
+    """A transformers Gemma 3 config at `shape` (catalog_shape), bf16, via the tests' tiny_config."""
+    from accelbench.workers.testing import tiny_config
 
-    from accelbench.workers.testing import build_tokenizer, tiny_config, write_tokenizer_files
-
-    shape = catalog_shape(spec)
-    directory = Path(spec["dir"])
-    marker = directory / "bench-shape.json"
-    if marker.is_file() and json.loads(marker.read_text()) == spec:
-        log(f"reusing {directory}")
-        files = sorted(p.name for p in directory.iterdir())
-        return {"dir": str(directory), "reused": True, "shape": shape, "files": files}
-    directory.mkdir(parents=True, exist_ok=True)
-    for old in directory.glob("*.safetensors*"):
-        old.unlink()
-    tokenizer = build_tokenizer("gemma3")
     config = tiny_config(
         "gemma3",
         vocab_size=shape["vocab"],
@@ -212,7 +197,30 @@ def build_model(spec: dict[str, Any]) -> dict[str, Any]:
     config.sliding_window = shape["sliding_window"]
     config.layer_types = layer_types(shape["layers"], shape["local_per_global"])
     config.query_pre_attn_scalar = shape["query_pre_attn_scalar"]
-    config.max_position_embeddings = max(int(config.max_position_embeddings), int(spec["max_seq"]))
+    config.max_position_embeddings = max(int(config.max_position_embeddings), max_seq)
+    return config
+
+
+def build_model(spec: dict[str, Any]) -> dict[str, Any]:
+    """The tests' generator (workers.testing: BPE tokenizer, tiny_config, tokenizer files) at a real
+    Gemma 3 shape; weights initialized by transformers on the GPU when there is one, saved sharded."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from accelbench.workers.testing import build_tokenizer, write_tokenizer_files
+
+    shape = catalog_shape(spec)
+    directory = Path(spec["dir"])
+    marker = directory / "bench-shape.json"
+    if marker.is_file() and json.loads(marker.read_text()) == spec:
+        log(f"reusing {directory}")
+        files = sorted(p.name for p in directory.iterdir())
+        return {"dir": str(directory), "reused": True, "shape": shape, "files": files}
+    directory.mkdir(parents=True, exist_ok=True)
+    for old in directory.glob("*.safetensors*"):
+        old.unlink()
+    tokenizer = build_tokenizer("gemma3")
+    config = gemma3_config(shape, int(spec["max_seq"]))
     device = "cuda" if torch.cuda.is_available() and not spec.get("cpu") else "cpu"
     torch.manual_seed(0)
     tick = time.perf_counter()

@@ -231,14 +231,12 @@ def row_to_messages(row: Any, fmt: str, where: str) -> list[dict[str, str]]:
     return [{"role": "user", "content": prompt}, {"role": "assistant", "content": completion}]
 
 
-def read_jsonl(path: str | Path, fmt: str = "auto", max_samples: int | None = None) -> list[list[dict]]:
-    """Conversations from a JSONL file; blank lines are skipped; errors name the line."""
-    path = Path(path)
+def jsonl_rows(path: Path, what: str) -> Iterator[tuple[str, Any]]:
+    """(where, row) for each non-blank line of a JSONL file; `where` is "path:line" for errors."""
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"cannot read dataset {path}: {exc}") from None
-    conversations: list[list[dict]] = []
+        raise DataError(f"cannot read {what} {path}: {exc}") from None
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -247,6 +245,14 @@ def read_jsonl(path: str | Path, fmt: str = "auto", max_samples: int | None = No
             row = json.loads(line)
         except ValueError as exc:
             raise DataError(f"{where}: not JSON ({exc})") from None
+        yield where, row
+
+
+def read_jsonl(path: str | Path, fmt: str = "auto", max_samples: int | None = None) -> list[list[dict]]:
+    """Conversations from a JSONL file; blank lines are skipped; errors name the line."""
+    path = Path(path)
+    conversations: list[list[dict]] = []
+    for where, row in jsonl_rows(path, "dataset"):
         conversations.append(row_to_messages(row, fmt, where))
         if max_samples is not None and len(conversations) >= max_samples:
             break

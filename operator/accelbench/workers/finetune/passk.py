@@ -38,7 +38,7 @@ from typing import Any
 
 from ...api.finetune import Checker, ExtractMode, PassAtK
 from ...api.status import PassAtKResults
-from ..data import ROLES, ChatTokenizer, DataError
+from ..data import ROLES, ChatTokenizer, DataError, jsonl_rows
 
 SAMPLE_ENV = "ACCELBENCH_SAMPLE"
 PROBLEM_ENV = "ACCELBENCH_PROBLEM"
@@ -107,19 +107,8 @@ def load_problems(
     path: str | Path, tokenizer: ChatTokenizer, max_problems: int | None = None
 ) -> list[Problem]:
     path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"cannot read pass@k problems {path}: {exc}") from None
     problems: list[Problem] = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
-        try:
-            row = json.loads(line)
-        except ValueError as exc:
-            raise DataError(f"{where}: not JSON ({exc})") from None
+    for where, row in jsonl_rows(path, "pass@k problems"):
         text = tokenizer.render(problem_messages(row, where), add_generation_prompt=True)
         ids = tokenizer.encode_text(text)
         if not ids:
