@@ -304,14 +304,6 @@ def test_operator_restart_mid_run_makes_no_duplicates_and_the_job_finishes(
     assert len(pods_of(env, "restart")) == 1
 
 
-def test_operator_survived_everything(env: Env) -> None:
-    """Bad specs, a crashing worker, a restart: the operator is alive and never failed a pass."""
-    assert env.operator.process is not None and env.operator.process.poll() is None
-    log = env.operator.log()
-    assert not re.search(r"observing \w+ failed", log), log[-3000:]
-    assert "Traceback" not in log, log[log.index("Traceback") - 500 :][:3000]
-
-
 def test_quickstart_inference_bench_serves_measures_and_stops_the_server(
     env: Env, tiny: dict[str, str]
 ) -> None:
@@ -346,3 +338,58 @@ def test_quickstart_inference_bench_serves_measures_and_stops_the_server(
         timeout=60,
         what="server stopped after the run",
     )
+
+
+def test_queued_bench_client_waits_for_the_servers_admission_then_runs(
+    env: Env, tiny: dict[str, str]
+) -> None:
+    """Kueue admits the server Job by clearing its suspend (played here by the test); the client Job,
+    which has no queue, must stay suspended until then and be resumed by the operator after."""
+    body = yaml.safe_load((ROOT / "examples/quickstart/inference-tiny-cpu.yaml").read_text())
+    body["metadata"]["name"] = "queued-bench"
+    body["spec"]["model"]["uri"] = tiny["model"]
+    body["spec"]["queueName"] = "local-queue"
+    body["spec"]["workload"].update({"inputLengths": [16], "concurrency": [1], "requestsPerPoint": 2})
+    env.apply(body)
+    server = wait_for(
+        lambda: next((j for j in env.batch.list_namespaced_job("default").items
+                      if j.metadata.name == "queued-bench-server"), None),
+        timeout=60,
+        what="queued server Job",
+    )  # fmt: skip
+    assert server.spec.suspend is True
+    assert server.metadata.labels["kueue.x-k8s.io/queue-name"] == "local-queue"
+    wait_for(
+        lambda: env.get("inferencebenches", "queued-bench").get("status", {}).get("phase") == "Suspended",
+        timeout=30,
+        what="phase Suspended",
+    )
+    client_job = env.batch.read_namespaced_job("queued-bench-client", "default")
+    assert client_job.spec.suspend is True and "kueue.x-k8s.io/queue-name" not in client_job.metadata.labels
+    # Kueue's admission: it clears suspend on the queued Job (and would inject its flavor's labels).
+    env.batch.patch_namespaced_job("queued-bench-server", "default", {"spec": {"suspend": False}})
+    wait_for(
+        lambda: env.batch.read_namespaced_job("queued-bench-client", "default").spec.suspend is False,
+        timeout=30,
+        what="client resumed after the server's admission",
+    )
+    obj = wait_for(
+        lambda: (
+            (o := env.get("inferencebenches", "queued-bench")).get("status", {}).get("phase")
+            in ("Succeeded", "Failed")
+            and o
+        ),
+        timeout=300,
+        what="queued InferenceBench terminal phase",
+    )
+    assert obj["status"]["phase"] == "Succeeded", obj["status"]
+    assert obj["status"]["results"]["cells"]
+
+
+def test_operator_survived_everything(env: Env) -> None:
+    """Bad specs, a crashing worker, a restart, a queued bench: the operator is alive and never failed
+    a pass (last in this file, so it sees everything above)."""
+    assert env.operator.process is not None and env.operator.process.poll() is None
+    log = env.operator.log()
+    assert not re.search(r"observing \w+ failed", log), log[-3000:]
+    assert "Traceback" not in log, log[log.index("Traceback") - 500 :][:3000]

@@ -491,6 +491,18 @@ def test_queued_bench_suspends_server_and_client_but_queues_only_the_server() ->
     assert "kueue.x-k8s.io/queue-name" not in client["metadata"]["labels"]
 
 
+def test_queued_bench_client_runs_once_the_server_is_admitted() -> None:
+    from accelbench.render import render_inference
+
+    resource, plan = fx.GOLDEN_CASES["inference-vllm-h100-x2"]()
+    objects = render_inference(resource, plan, fx.CATALOG, server_admitted=True)
+    assert _job(objects, "gemma-serve-h100-client")["spec"]["suspend"] is False
+    assert _job(objects, "gemma-serve-h100-server")["spec"]["suspend"] is True  # Kueue's to clear
+    held = resource.model_copy(update={"spec": resource.spec.model_copy(update={"suspend": True})})
+    objects = render_inference(held, plan, fx.CATALOG, server_admitted=True)
+    assert _job(objects, "gemma-serve-h100-client")["spec"]["suspend"] is True  # the user's hold wins
+
+
 def test_tgi_on_gaudi3() -> None:
     objects = _render("inference-tgi-gaudi3-x8")
     server = _job(objects, "llama-serve-gaudi3-server")

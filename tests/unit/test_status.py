@@ -488,7 +488,9 @@ def wiring(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
         kopf, "event", lambda _body, *, type, reason, message="": events.append((type, reason, message))
     )
     monkeypatch.setattr(
-        handlers, "build_children", lambda resource, catalog: (_plan(), copy.deepcopy(RENDERED))
+        handlers,
+        "build_children",
+        lambda resource, catalog, server_admitted=False: (_plan(), copy.deepcopy(RENDERED)),
     )
     state = handlers.ControllerState(
         kube=FakeKube(), metrics=Metrics(), price_namespace="x", price_config_map="y"
@@ -543,7 +545,7 @@ def test_invalid_spec_sets_a_condition_and_applies_nothing(wiring: dict[str, Any
 def test_plan_error_is_an_invalid_spec(wiring: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     from accelbench.plan.types import PlanError
 
-    def refuse(resource: Any, catalog: Any) -> Any:
+    def refuse(resource: Any, catalog: Any, server_admitted: bool = False) -> Any:
         raise PlanError("needs >= 4 x H100 80 GB")
 
     monkeypatch.setattr(wiring["handlers"], "build_children", refuse)
@@ -568,7 +570,7 @@ def test_apiserver_rejection_is_an_invalid_spec_and_outage_is_retried(wiring: di
 
 
 def test_a_bug_in_rendering_is_contained(wiring: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(resource: Any, catalog: Any) -> Any:
+    def broken(resource: Any, catalog: Any, server_admitted: bool = False) -> Any:
         raise RuntimeError("renderer bug")
 
     monkeypatch.setattr(wiring["handlers"], "build_children", broken)
@@ -656,3 +658,24 @@ def test_kueue_owns_suspend_once_the_job_exists() -> None:
     assert leave_suspend_to_kueue(job, ["g-train"])["spec"] == {"parallelism": 2}
     plain = {**job, "metadata": {"name": "g-train"}}
     assert leave_suspend_to_kueue(plain, ["g-train"])["spec"]["suspend"] is True  # the user's own suspend
+
+
+def _job_body(name: str, suspend: bool) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "spec": {"suspend": suspend}}
+
+
+def test_client_of_a_queued_bench_is_resumed_only_after_the_server_is_admitted() -> None:
+    from accelbench.controller.reconcile import client_to_resume
+
+    spec = {"queueName": "a3-serving"}
+    status = {"phase": "Suspended", "children": {"server": "b-server", "client": "b-client"}}
+    queued = [_job_body("b-server", True), _job_body("b-client", True)]
+    admitted = [_job_body("b-server", False), _job_body("b-client", True)]
+    assert client_to_resume(spec, status, queued) is None
+    assert client_to_resume(spec, status, admitted) == "b-client"
+    running = [_job_body("b-server", False), _job_body("b-client", False)]
+    assert client_to_resume(spec, status, running) is None  # already resumed
+    assert client_to_resume({**spec, "suspend": True}, status, admitted) is None  # held by the user
+    assert client_to_resume({}, status, admitted) is None  # not queued: the render decides alone
+    assert client_to_resume(spec, {**status, "phase": "Failed"}, admitted) is None
+    assert client_to_resume(spec, {"phase": "Pending"}, admitted) is None  # children not known yet

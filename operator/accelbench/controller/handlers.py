@@ -48,7 +48,7 @@ from .conditions import (
 )
 from .kube import Kube, api_error_message, load_config
 from .metrics import METRICS, Metrics
-from .reconcile import observe_resource, server_to_stop
+from .reconcile import client_to_resume, observe_resource, server_admitted, server_to_stop
 from .status import Price, applied_status, invalid_spec_status, is_terminal, spec_invalid, status_patch
 
 PLURALS = (FinetuneJob.PLURAL, InferenceBench.PLURAL)
@@ -163,8 +163,13 @@ def spec_error_message(exc: BaseException) -> str:
     return str(exc)
 
 
-def build_children(resource: Any, catalog: Any) -> tuple[Any, list[dict[str, Any]]]:
-    """Plan and render; PlanError (a ValueError) and KeyError (unknown accelerator) mean a bad spec."""
+def build_children(
+    resource: Any, catalog: Any, server_admitted: bool = False
+) -> tuple[Any, list[dict[str, Any]]]:
+    """Plan and render; PlanError (a ValueError) and KeyError (unknown accelerator) mean a bad spec.
+
+    `server_admitted` (InferenceBench): the live server Job runs, so a queued bench's client may too.
+    """
     from accelbench.plan import plan_finetune, plan_inference
     from accelbench.render import render_finetune, render_inference
 
@@ -172,7 +177,7 @@ def build_children(resource: Any, catalog: Any) -> tuple[Any, list[dict[str, Any
         plan = plan_finetune(resource.spec, catalog)
         return plan, render_finetune(resource, plan, catalog)
     plan = plan_inference(resource.spec, catalog)
-    return plan, render_inference(resource, plan, catalog)
+    return plan, render_inference(resource, plan, catalog, server_admitted)
 
 
 def finished(status: Mapping[str, Any]) -> bool:
@@ -269,17 +274,21 @@ def _ensure(
     generation: int | None,
     patch: kopf.Patch,
     state: ControllerState,
-    existing_jobs: list[str],
+    jobs: list[Mapping[str, Any]],
+    only_kind_name: tuple[str, str] | None = None,
 ) -> str:
+    """Render and apply the children (all of them, or only `only_kind_name`), then record them."""
     manifest = manifest_of(body)
+    existing_jobs = [j["metadata"]["name"] for j in jobs]
     try:
         resource = parse_resource(manifest)
-        plan, objects = build_children(resource, state.catalog())
+        plan, objects = build_children(resource, state.catalog(), server_admitted(current, jobs))
     except (ValueError, KeyError) as exc:
         return _refuse(body, current, spec_error_message(exc), generation, patch)
 
     children = [leave_suspend_to_kueue(owned(obj, manifest), existing_jobs) for obj in objects]
-    for child in children:
+    chosen = [c for c in children if only_kind_name in (None, (c["kind"], c["metadata"]["name"]))]
+    for child in chosen:
         ref = f"{child['kind']}/{child['metadata']['name']}"
         try:
             state.kube.apply(child)
@@ -309,7 +318,7 @@ def _ensure(
     patch.status.update(status_patch(current, desired))
     ready = find_condition(parse_conditions(current.get("conditions")), ConditionType.READY.value)
     if ready is None or ready.status != "True":
-        names = ", ".join(f"{c['kind']}/{c['metadata']['name']}" for c in children)
+        names = ", ".join(f"{c['kind']}/{c['metadata']['name']}" for c in chosen)
         kopf.event(body, type="Normal", reason=Reason.CHILDREN_CREATED.value, message=f"applied {names}")
     return "applied"
 
@@ -328,7 +337,7 @@ def ensure_children(
     kind = str(body.get("kind"))
     current = dict(status or {})
     key = (meta.get("namespace"), meta.get("name"))
-    existing_jobs = [j["metadata"]["name"] for j in (accelbench_jobs or {}).get(key, [])]
+    jobs = list((accelbench_jobs or {}).get(key, []))
     generation = meta.get("generation")
     started, outcome = time.monotonic(), "error"
     try:
@@ -338,7 +347,7 @@ def ensure_children(
             )
             outcome = "skipped"
             return
-        outcome = _ensure(body, current, generation, patch, state, existing_jobs)
+        outcome = _ensure(body, current, generation, patch, state, jobs)
     except kopf.TemporaryError:
         outcome = "retry"
         raise  # the apiserver was unavailable: that does improve by waiting
@@ -379,6 +388,12 @@ def observe_children(
             outcome = "changed"
             for type_, reason, message in update.events:
                 kopf.event(body, type=type_, reason=reason, message=message[:1024])
+        client = client_to_resume(dict(body.get("spec") or {}), status, jobs)
+        if client is not None:
+            # Kueue admitted the server: the client (unqueued) starts now, through the same render.
+            generation = (body.get("metadata") or {}).get("generation")
+            _ensure(body, status, generation, patch, state, jobs, ("Job", client))
+            logger.info("server admitted: resumed client Job %s", client)
         server = server_to_stop(status, jobs)
         if server is not None:
             state.kube.delete("batch/v1", "Job", namespace, server)

@@ -138,3 +138,33 @@ def server_to_stop(status: Mapping[str, Any], jobs: Iterable[Mapping[str, Any]])
         if meta.get("name") == children.server and not meta.get("deletionTimestamp"):
             return children.server
     return None
+
+
+def server_admitted(status: Mapping[str, Any], jobs: Iterable[Mapping[str, Any]]) -> bool:
+    """True when the InferenceBench's server Job exists and is not suspended (Kueue admitted it)."""
+    children = _children(status)
+    if children is None or not children.server:
+        return False
+    for job in jobs:
+        meta = job.get("metadata") or {}
+        if meta.get("name") == children.server and not meta.get("deletionTimestamp"):
+            return not (job.get("spec") or {}).get("suspend")
+    return False
+
+
+def client_to_resume(
+    spec: Mapping[str, Any], status: Mapping[str, Any], jobs: Iterable[Mapping[str, Any]]
+) -> str | None:
+    """The suspended client Job of a queued bench whose server has just been admitted, or None."""
+    children = _children(status)
+    if spec.get("suspend") or not spec.get("queueName") or children is None or not children.client:
+        return None
+    if is_terminal(status):
+        return None
+    jobs = list(jobs)
+    if not server_admitted(status, jobs):
+        return None
+    for job in jobs:
+        if (job.get("metadata") or {}).get("name") == children.client:
+            return children.client if (job.get("spec") or {}).get("suspend") else None
+    return None

@@ -21,8 +21,9 @@ Client: `python -m accelbench.workers.bench` on a CPU node, no accelerator reque
 tolerations. It waits for the server itself (polls ACCELBENCH_ENDPOINT + ACCELBENCH_HEALTH_PATH, or
 a TCP connect when the path is absent, for up to ACCELBENCH_READY_TIMEOUT_SECONDS) instead of an
 init container, so the wait and its timeout end up in its report as server_startup_seconds.
-When the bench is queued in Kueue, the client is created suspended too; the controller resumes it
-once the server Job has been admitted, so the readiness wait does not run out in the queue.
+When the bench is queued in Kueue, the client is created suspended too and rendered unsuspended once
+the server Job has been admitted (`server_admitted`, which the controller reads from the live server
+Job), so the readiness wait does not run out in the queue.
 Client env: ACCELBENCH_JOB (as for training, see payload.py), ACCELBENCH_ENDPOINT,
 ACCELBENCH_HEALTH_PATH, ACCELBENCH_READY_TIMEOUT_SECONDS, ACCELBENCH_RESULTS_CONFIGMAP (the
 ConfigMap it patches with the full report), POD_NAMESPACE, ACCELBENCH_TERMINATION_LOG. The served
@@ -371,8 +372,19 @@ def build_client_env(bench: InferenceBench, plan: Plan) -> list[dict[str, Any]]:
     return env
 
 
+def client_suspended(bench: InferenceBench, server_admitted: bool) -> bool:
+    """The client waits while the bench is suspended, or while its queued server is not admitted.
+
+    The client carries no queue label (it holds no accelerator quota), so nothing but the operator
+    resumes it: its readiness wait must not start while the server sits in Kueue's queue.
+    """
+    if bench.spec.suspend:
+        return True
+    return bool(bench.spec.queue_name) and not server_admitted
+
+
 def build_client_job(
-    bench: InferenceBench, catalog: Catalog, spec: AcceleratorSpec, plan: Plan
+    bench: InferenceBench, catalog: Catalog, spec: AcceleratorSpec, plan: Plan, server_admitted: bool = False
 ) -> dict[str, Any]:
     name = bench.metadata.name
     container = container_base(CLIENT_CONTAINER, client_image(bench, catalog, spec))
@@ -396,8 +408,8 @@ def build_client_job(
         backoff_limit=bench.spec.max_retries,
         fail_job_exit_codes=[EXIT_INVALID_CONFIG],
         container=CLIENT_CONTAINER,
-        suspend=is_suspended(bench.spec),
-        queue_name=None,  # the server carries the queue; the controller resumes the client after it
+        suspend=client_suspended(bench, server_admitted),
+        queue_name=None,  # the server carries the queue; the client follows its admission
     )
     pod_labels = labels(bench.kind, name, Role.CLIENT, plan.accelerator)
     metadata = build_metadata(bench, client_job_name(name), pod_labels)
@@ -459,13 +471,20 @@ def check_plan(bench: InferenceBench, plan: Plan) -> None:
         )
 
 
-def render_inference(bench: InferenceBench, plan: Plan, catalog: Catalog) -> list[dict[str, Any]]:
-    """Children in apply order: what the pods refer to (ConfigMap, RBAC, Service) before the pods."""
+def render_inference(
+    bench: InferenceBench, plan: Plan, catalog: Catalog, server_admitted: bool = False
+) -> list[dict[str, Any]]:
+    """Children in apply order: what the pods refer to (ConfigMap, RBAC, Service) before the pods.
+
+    `server_admitted`: the server Job exists and runs (Kueue cleared its suspend); an external
+    endpoint counts as admitted.
+    """
     check_plan(bench, plan)
     spec = catalog.get(plan.accelerator)
     objects = [build_results_config_map(bench, plan), *build_client_rbac(bench, plan)]
     if bench.spec.server.engine != Engine.EXTERNAL:
         objects.append(build_server_service(bench, plan))
         objects.append(build_server_job(bench, spec, plan))
-    objects.append(build_client_job(bench, catalog, spec, plan))
+    admitted = server_admitted or bench.spec.server.engine == Engine.EXTERNAL
+    objects.append(build_client_job(bench, catalog, spec, plan, admitted))
     return objects
