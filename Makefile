@@ -8,7 +8,7 @@ EXTRAS ?= all
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 comma := ,
 
-.PHONY: venv lint unit crds crds-check test e2e binaries demo demo-down clean
+.PHONY: venv peers lint unit crds crds-check test e2e binaries demo demo-down clean
 
 venv: $(STAMP)
 
@@ -17,6 +17,16 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
 	touch $@
+
+# Peer load generators for the agreement tests, each in its own venv (their pins clash with ours).
+AIPERF_VERSION := 0.13.0
+AIPERF := .peers/aiperf/bin/aiperf
+peers: $(AIPERF)
+
+$(AIPERF):
+	test -x .peers/aiperf/bin/python || $(PYTHON) -m venv .peers/aiperf
+	.peers/aiperf/bin/python -m pip install --quiet --upgrade pip
+	.peers/aiperf/bin/python -m pip install --quiet 'aiperf==$(AIPERF_VERSION)'
 
 lint: venv
 	$(VENV)/bin/ruff check operator tests hack benchmarks
@@ -43,8 +53,8 @@ e2e: venv binaries
 
 # Everything: lint, CRD drift, unit, workers (torch + JAX on CPU), bench client, e2e on the local
 # control plane.
-test: lint crds-check binaries
-	$(VENV)/bin/pytest -q -p no:cacheprovider tests
+test: lint crds-check binaries peers
+	ACCELBENCH_PEER_AIPERF=$(CURDIR)/$(AIPERF) $(VENV)/bin/pytest -q -p no:cacheprovider tests
 
 # The main job on this machine: local control plane, operator, quickstart fine-tune and benchmark.
 demo: venv binaries
@@ -54,4 +64,4 @@ demo-down:
 	$(PY) hack/demo.py down
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .peers .pytest_cache .ruff_cache
