@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
-FAMILIES = ("llama", "gemma3")
+FAMILIES = ("llama", "gemma3", "gemma4")
 
 
 def packed_inputs(seed: int = 0, vocab: int = 512) -> dict[str, np.ndarray]:

@@ -24,11 +24,14 @@ SHAPE = {
 }
 
 
-@pytest.mark.parametrize("family", ["llama", "gemma3"])
-def test_dot_product_attention_matches_einsum(family: str, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("family", "layer_type"), [("llama", FULL), ("gemma3", SLIDING), ("gemma4", SLIDING), ("gemma4", FULL)]
+)
+def test_dot_product_attention_matches_einsum(
+    family: str, layer_type: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     raw = tiny_config(family, **SHAPE)
     cfg = config_from_hf(raw.to_dict() if hasattr(raw, "to_dict") else raw)
-    layer_type = SLIDING if SLIDING in cfg.rope else FULL
     attn = layers.Attention(cfg, layer_type, rngs=nnx.Rngs(0), param_dtype=jnp.float32, dtype=jnp.float32)
     rng = np.random.default_rng(0)
     x = jnp.asarray(rng.normal(size=(2, 12, cfg.hidden)), jnp.float32)
@@ -44,7 +47,7 @@ def test_dot_product_attention_matches_einsum(family: str, monkeypatch: pytest.M
 
 
 @pytest.mark.parametrize("impl", ["xla", "einsum"])
-@pytest.mark.parametrize("family", ["llama", "gemma3"])
+@pytest.mark.parametrize("family", ["llama", "gemma3", "gemma4"])
 def test_causal_flags_equal_the_mask_on_one_sequence_rows(
     family: str, impl: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -54,7 +57,7 @@ def test_causal_flags_equal_the_mask_on_one_sequence_rows(
     cfg = config_from_hf(raw.to_dict() if hasattr(raw, "to_dict") else raw)
     layer_type = SLIDING if SLIDING in cfg.rope else FULL
     attn = layers.Attention(cfg, layer_type, rngs=nnx.Rngs(1), param_dtype=jnp.float32, dtype=jnp.float32)
-    if family == "gemma3":
+    if family.startswith("gemma"):
         assert attn.window == 4  # the window is exercised: rows are longer than it
     rng = np.random.default_rng(1)
     x = jnp.asarray(rng.normal(size=(2, 12, cfg.hidden)), jnp.float32)

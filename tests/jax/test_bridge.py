@@ -105,10 +105,13 @@ def test_orbax_round_trip_keeps_adapters(tiny_models: dict[str, Path], tmp_path:
     assert load_file(str(src / "model.safetensors"))  # the source stays untouched
 
 
-def test_convert_cli_round_trip_through_orbax_and_jax(tiny_models: dict[str, Path], tmp_path: Path) -> None:
+@pytest.mark.parametrize("family", ["gemma3", "gemma4"])  # gemma4: its layer_scalar buffers travel too
+def test_convert_cli_round_trip_through_orbax_and_jax(
+    tiny_models: dict[str, Path], tmp_path: Path, family: str
+) -> None:
     from accelbench.cli import main
 
-    src = tiny_models["gemma3"]
+    src = tiny_models[family]
     steps = [("hf", "orbax", src, tmp_path / "o"), ("orbax", "jax", tmp_path / "o", tmp_path / "j"),
              ("jax", "hf", tmp_path / "j", tmp_path / "h")]  # fmt: skip
     for source, target, model_dir, out in steps:

@@ -18,6 +18,8 @@ from accelbench.bridge import load_orbax
 CASES = [
     ("llama", {"type": "lora", "rank": 8}, 1e-2),
     ("gemma3", {"type": "full"}, 3e-3),
+    ("gemma4", {"type": "lora", "rank": 8}, 1e-2),
+    ("gemma4", {"type": "full"}, 3e-3),  # layer_scalar is a buffer: trained on neither side
 ]
 
 

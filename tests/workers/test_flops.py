@@ -81,3 +81,39 @@ def test_shape_from_hf_config_matches_catalog_gemma3_1b() -> None:
 def test_mfu_rejects_nonsense() -> None:
     with pytest.raises(ValueError):
         mfu(1.0, 1.0, 0, 989)
+
+
+def _gemma4_31b_text(**override: object) -> dict:
+    return {
+        "model_type": "gemma4_text",
+        "hidden_size": 5376,
+        "num_hidden_layers": 60,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 16,
+        "head_dim": 256,
+        "intermediate_size": 21504,
+        "vocab_size": 262144,
+        "sliding_window": 1024,
+        "attention_k_eq_v": True,
+        "tie_word_embeddings": True,
+        "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 10,
+        **override,
+    }
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # as published (multimodal wrapper, global_head_dim / num_global_key_value_heads)
+        _gemma4_31b_text(global_head_dim=512, num_global_key_value_heads=4),
+        # as transformers 5.17+ saves it: per-layer overrides of the full-attention layers
+        _gemma4_31b_text(per_layer_config={str(i): {"head_dim": 512, "num_key_value_heads": 4}
+                                           for i in range(5, 60, 6)}),
+    ],
+)  # fmt: skip
+def test_shape_from_hf_config_matches_catalog_gemma4_31b(text: dict) -> None:
+    shape = shape_from_hf_config({"model_type": "gemma4", "text_config": text}, "gemma4")
+    assert (shape.global_head_dim, shape.global_kv_heads, shape.local_per_global) == (512, 4, 5)
+    catalog = model_shape("gemma4", "31b")
+    assert matmul_parameters(shape) == matmul_parameters(catalog)
+    assert flops_per_token(shape, 4096).attention == flops_per_token(catalog, 4096).attention

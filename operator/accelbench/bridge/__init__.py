@@ -1,4 +1,4 @@
-"""Hugging Face safetensors <-> JAX parameter trees for the llama and gemma3 families.
+"""Hugging Face safetensors <-> JAX parameter trees for the llama, gemma3 and gemma4 families.
 
 `mapping` names and reshapes (HF q/k/v/o, gate/up/down <-> Gemma-style einsum weights), `hf_files`
 reads sharded safetensors lazily and writes them back with the side files, `convert` builds NNX

@@ -20,6 +20,7 @@ from flax import nnx
 import jax
 
 from ..jaxmodels.config import ModelConfig, config_from_hf, load_config
+from ..jaxmodels.layers import Buffer
 from ..jaxmodels.lora import LoRA
 from ..jaxmodels.transformer import Transformer, abstract_model
 from .hf_files import TensorReader, copy_side_files, write_tensors
@@ -28,6 +29,8 @@ from .mapping import Path as TreePath
 
 Placer = Callable[[TreePath, np.ndarray], jax.Array]
 LORA_META = "accelbench_lora.json"
+# Everything a checkpoint stores: weights, adapters and buffers (Gemma 4's layer_scalar).
+STORED = nnx.Any(nnx.Param, Buffer)
 
 
 @dataclass
@@ -89,7 +92,7 @@ def to_host(x: jax.Array) -> np.ndarray:
 
 
 def base_params(model: Transformer) -> dict[TreePath, jax.Array]:
-    state = nnx.state(model, nnx.All(nnx.Param, nnx.Not(nnx.LoRAParam)))
+    state = nnx.state(model, nnx.All(STORED, nnx.Not(nnx.LoRAParam)))
     return {path: var.get_value() for path, var in nnx.to_flat_state(state)}
 
 
@@ -148,9 +151,12 @@ def _config_dtype(raw: dict[str, Any]) -> np.dtype | None:
 
 
 def _text_only(raw: dict[str, Any]) -> dict[str, Any]:
-    """A multimodal Gemma 3 config reduced to its decoder, for exports without the vision tower."""
+    """A multimodal Gemma 3/4 config reduced to its decoder, for exports without the vision tower."""
     text = dict(raw["text_config"])
-    text.update(model_type="gemma3_text", architectures=["Gemma3ForCausalLM"])
+    if raw.get("model_type") == "gemma4":
+        text.update(model_type="gemma4_text", architectures=["Gemma4ForCausalLM"])
+    else:
+        text.update(model_type="gemma3_text", architectures=["Gemma3ForCausalLM"])
     return text
 
 
@@ -265,7 +271,7 @@ def lora_meta(model: Transformer) -> dict[str, Any] | None:
 
 def save_jax_safetensors(model: Transformer, out_dir: str | Path, src_dir: str | Path) -> Path:
     """The JAX tree as-is (einsum layout, dotted nnx paths) in jax/model.safetensors, plus side files."""
-    state = nnx.state(model, nnx.Param)
+    state = nnx.state(model, STORED)
     tensors = {_path_name(p): to_host(v.get_value()) for p, v in nnx.to_flat_state(state)}
     out = Path(out_dir)
     if jax.process_index() == 0:
@@ -311,7 +317,7 @@ def save_orbax(model: Transformer, out_dir: str | Path, src_dir: str | Path) -> 
     import orbax.checkpoint as ocp
 
     out = Path(out_dir).absolute()
-    state = nnx.state(model, nnx.Param)
+    state = nnx.state(model, STORED)
     with ocp.StandardCheckpointer() as ckpt:
         ckpt.save(out / "params", state, force=True)
     if jax.process_index() == 0:

@@ -2,8 +2,8 @@
 
 Every JAX parameter is built from one or two HF tensors by transposes, reshapes and stacking only,
 so HF -> JAX -> HF is bit-exact. Norm scales are copied unchanged: both transformers and the JAX
-model store Gemma's zero-centred scale (output = x·(1+scale)) and Llama's plain multiplier, and the
-`RMSNorm.offset` of each family applies the convention.
+model store Gemma 3's zero-centred scale (output = x·(1+scale)) and Llama's and Gemma 4's plain
+multiplier, and the `RMSNorm.offset` of each family applies the convention.
 """
 
 from __future__ import annotations
@@ -59,9 +59,10 @@ def _heads_in_back(w: np.ndarray) -> np.ndarray:
 
 def _rules_for_layer(cfg: ModelConfig, i: int, prefix: str) -> list[Rule]:
     hf = f"{prefix}layers.{i}."
-    q_in = _heads_in(cfg.heads, cfg.head_dim)
-    kv_in = _heads_in(cfg.kv_heads, cfg.head_dim)
-    n, h = cfg.heads, cfg.head_dim
+    kind = cfg.layer_types[i]
+    n, h = cfg.heads, cfg.layer_head_dim(kind)
+    q_in = _heads_in(n, h)
+    kv_in = _heads_in(cfg.layer_kv_heads(kind), h)
 
     def o_to_jax(ts: list[np.ndarray]) -> np.ndarray:
         # o_proj.weight [embed, heads·head_dim] -> [heads, head_dim, embed]
@@ -71,13 +72,16 @@ def _rules_for_layer(cfg: ModelConfig, i: int, prefix: str) -> list[Rule]:
         return [np.ascontiguousarray(w.transpose(2, 0, 1).reshape(w.shape[2], n * h))]
 
     layer: Path = ("layers", i)
+    # Gemma 4 global layers with attention_k_eq_v have no v_proj: kv_einsum holds k alone ([1, ...]).
+    kv_names = (hf + "self_attn.k_proj.weight",)
+    if not cfg.shares_kv(kind):
+        kv_names += (hf + "self_attn.v_proj.weight",)
     rules = [
         Rule((*layer, "attn", "q_einsum", "w"), (hf + "self_attn.q_proj.weight",),
              lambda ts: q_in(ts[0]), lambda w: [_heads_in_back(w)]),
-        Rule((*layer, "attn", "kv_einsum", "w"),
-             (hf + "self_attn.k_proj.weight", hf + "self_attn.v_proj.weight"),
-             lambda ts: np.stack([kv_in(ts[0]), kv_in(ts[1])]),
-             lambda w: [_heads_in_back(w[0]), _heads_in_back(w[1])]),
+        Rule((*layer, "attn", "kv_einsum", "w"), kv_names,
+             lambda ts: np.stack([kv_in(t) for t in ts]),
+             lambda w: [_heads_in_back(x) for x in w]),
         Rule((*layer, "attn", "attn_vec_einsum", "w"), (hf + "self_attn.o_proj.weight",), o_to_jax, o_to_hf),
         Rule((*layer, "mlp", "gating_einsum", "w"), (hf + "mlp.gate_proj.weight", hf + "mlp.up_proj.weight"),
              lambda ts: np.stack(ts), lambda w: [w[0], w[1]]),
@@ -92,7 +96,10 @@ def _rules_for_layer(cfg: ModelConfig, i: int, prefix: str) -> list[Rule]:
             _norm((*layer, "attn", "query_norm"), hf + "self_attn.q_norm.weight"),
             _norm((*layer, "attn", "key_norm"), hf + "self_attn.k_norm.weight"),
         ]
-    else:
+    if cfg.layer_scalar:
+        # Gemma 4's persistent buffer [1]; Gemma 4's v_norm has no weight, so no tensor to map.
+        rules.append(Rule((*layer, "layer_scalar"), (hf + "layer_scalar",), _identity, _identity_back))
+    if not cfg.is_gemma:
         # Llama's "post_attention_layernorm" is the norm in front of the MLP.
         rules.append(_norm((*layer, "pre_ffw_norm"), hf + "post_attention_layernorm.weight"))
     return rules
@@ -104,9 +111,9 @@ def _norm(path: Path, hf_name: str) -> Rule:
 
 @dataclass(frozen=True)
 class HfLayout:
-    """Where the decoder sits inside a checkpoint's names (text-only or multimodal Gemma 3)."""
+    """Where the decoder sits inside a checkpoint's names (text-only or multimodal Gemma 3/4)."""
 
-    prefix: str  # "model." for *ForCausalLM, "model.language_model." for Gemma3ForConditionalGeneration
+    prefix: str  # "model." for *ForCausalLM, "model.language_model." for Gemma3/4ForConditionalGeneration
     lm_head: str  # name of the untied output projection
 
     @classmethod

@@ -1,4 +1,4 @@
-"""Flax NNX models for the JAX fine-tuning path: Gemma 3 and Llama decoders with LoRA.
+"""Flax NNX models for the JAX fine-tuning path: Gemma 3, Gemma 4 (dense text) and Llama decoders with LoRA.
 
 One package rather than `models/` so that importing it clearly means importing JAX; the rest of the
 operator never does. `config` reads a Hugging Face config.json, `layers` holds the blocks,

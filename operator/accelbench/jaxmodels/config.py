@@ -1,8 +1,9 @@
 """The decoder shape and math switches, read from a Hugging Face config.json.
 
-One `ModelConfig` describes both supported families; the differences (Gemma's (1+scale) norms, q/k
-norms, sandwich norms, scaled embeddings, soft-capping, local/global layers; Llama's rope scaling)
-are explicit fields, so the model code has no `if family == ...` branches beyond reading them.
+One `ModelConfig` describes every supported family; the differences (Gemma 3's (1+scale) norms, q/k
+norms, sandwich norms, scaled embeddings, soft-capping, local/global layers; Llama's rope scaling;
+Gemma 4's per-layer-type head sizes, shared k/v projection, value norm, proportional rope and layer
+scalars) are explicit fields, so the model code has no `if family == ...` branches beyond reading them.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ class RopeSpec:
     """Rotary embedding for one layer type, as transformers' rope_parameters describes it."""
 
     theta: float
-    rope_type: str = "default"  # default | linear | llama3
+    rope_type: str = "default"  # default | linear | llama3 | proportional
     factor: float = 1.0
+    partial_rotary_factor: float = 1.0  # proportional only: the rotated share of the head
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
     original_max_positions: int = 8192
@@ -35,7 +37,7 @@ class RopeSpec:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    family: str  # "llama" | "gemma3"
+    family: str  # "llama" | "gemma3" | "gemma4"
     vocab_size: int
     hidden: int
     layers: int
@@ -51,16 +53,35 @@ class ModelConfig:
     attn_scale: float = 1.0  # multiplies q·k
     attn_softcap: float | None = None
     final_softcap: float | None = None
+    # Gemma 4: global (full-attention) layers may have their own head size and KV-head count, and
+    # with k_eq_v they have no V projection (values are the un-normed, un-rotated keys).
+    global_head_dim: int | None = None
+    global_kv_heads: int | None = None
+    k_eq_v: bool = False
+    value_norm: bool = False  # Gemma 4: RMS-normalize values (no learned scale)
+    layer_scalar: bool = False  # Gemma 4: each block's output is multiplied by a stored scalar
     hf_config: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def is_gemma(self) -> bool:
-        return self.family == "gemma3"
+        """Gemma block structure: q/k norms, sandwich norms, gelu-tanh, scaled embeddings."""
+        return self.family in ("gemma3", "gemma4")
 
     @property
     def norm_offset(self) -> float:
-        # Gemma stores the norm scale zero-centred (output = x·(1+scale)); Llama stores the multiplier.
-        return 1.0 if self.is_gemma else 0.0
+        # Gemma 3 stores the norm scale zero-centred (output = x·(1+scale)); Llama and Gemma 4 store
+        # the multiplier itself.
+        return 1.0 if self.family == "gemma3" else 0.0
+
+    def layer_head_dim(self, layer_type: str) -> int:
+        return (self.global_head_dim or self.head_dim) if layer_type == FULL else self.head_dim
+
+    def layer_kv_heads(self, layer_type: str) -> int:
+        return (self.global_kv_heads or self.kv_heads) if layer_type == FULL else self.kv_heads
+
+    def shares_kv(self, layer_type: str) -> bool:
+        """The layer's values are its keys' projection (no V weight)."""
+        return self.k_eq_v and layer_type == FULL
 
     @property
     def activation(self) -> str:
@@ -71,16 +92,19 @@ class ModelConfig:
         return math.sqrt(self.hidden) if self.is_gemma else 1.0
 
     def parameter_count(self) -> int:
-        d, h = self.hidden, self.head_dim
-        attn = d * h * (2 * self.heads + 2 * self.kv_heads)
-        mlp = 3 * d * self.intermediate
-        norms = d * (4 if self.is_gemma else 2) + (2 * h if self.is_gemma else 0)
-        embed = self.vocab_size * d * (1 if self.tied_embeddings else 2)
-        return self.layers * (attn + mlp + norms) + embed + d
+        d = self.hidden
+        total = self.vocab_size * d * (1 if self.tied_embeddings else 2) + d
+        for kind in self.layer_types:
+            h, k = self.layer_head_dim(kind), self.layer_kv_heads(kind)
+            attn = d * h * (2 * self.heads + (1 if self.shares_kv(kind) else 2) * k)
+            mlp = 3 * d * self.intermediate
+            norms = d * (4 if self.is_gemma else 2) + (2 * h if self.is_gemma else 0)
+            total += attn + mlp + norms + (1 if self.layer_scalar else 0)
+        return total
 
 
 def text_config(raw: dict[str, Any]) -> dict[str, Any]:
-    """Multimodal Gemma 3 checkpoints nest the decoder's config under text_config."""
+    """Multimodal Gemma 3 and Gemma 4 checkpoints nest the decoder's config under text_config."""
     return raw.get("text_config", raw)
 
 
@@ -94,9 +118,13 @@ def config_from_hf(raw: dict[str, Any]) -> ModelConfig:
     text = text_config(raw)
     if model_type in ("gemma3", "gemma3_text"):
         return _gemma3(text, raw)
+    if model_type in ("gemma4", "gemma4_text"):
+        return _gemma4(text, raw)
     if model_type == "llama":
         return _llama(text, raw)
-    raise UnsupportedModelError(f"model_type {model_type!r}: the JAX path supports llama and gemma3")
+    raise UnsupportedModelError(
+        f"model_type {model_type!r}: the JAX path supports llama, gemma3 and gemma4 (dense text decoder)"
+    )
 
 
 def _common(text: dict[str, Any]) -> dict[str, Any]:
@@ -116,7 +144,7 @@ def _common(text: dict[str, Any]) -> dict[str, Any]:
 def _rope_spec(params: dict[str, Any] | None, default_theta: float) -> RopeSpec:
     params = params or {}
     rope_type = params.get("rope_type", params.get("type", "default"))
-    if rope_type not in ("default", "linear", "llama3"):
+    if rope_type not in ("default", "linear", "llama3", "proportional"):
         raise UnsupportedModelError(f"rope_type {rope_type!r} is not implemented in the JAX path")
     return RopeSpec(
         theta=float(params.get("rope_theta", default_theta)),
@@ -125,6 +153,7 @@ def _rope_spec(params: dict[str, Any] | None, default_theta: float) -> RopeSpec:
         low_freq_factor=float(params.get("low_freq_factor", 1.0)),
         high_freq_factor=float(params.get("high_freq_factor", 4.0)),
         original_max_positions=int(params.get("original_max_position_embeddings", 8192)),
+        partial_rotary_factor=float(params.get("partial_rotary_factor", 1.0)),
     )
 
 
@@ -181,6 +210,138 @@ def _gemma3(text: dict[str, Any], raw: dict[str, Any]) -> ModelConfig:
         attn_scale=float(text.get("query_pre_attn_scalar", common["head_dim"])) ** -0.5,
         attn_softcap=text.get("attn_logit_softcapping"),
         final_softcap=text.get("final_logit_softcapping"),
+        hf_config=raw,
+        **common,
+    )
+
+
+# Gemma4TextConfig's defaults (transformers 5.17 and 5.24 agree) for the fields read here with .get:
+# a config.json written by transformers carries them all, hand-written ones may not.
+_GEMMA4_DEFAULTS: dict[str, Any] = {
+    "num_key_value_heads": 4,
+    "head_dim": 256,
+    "rms_norm_eps": 1e-6,
+    "hidden_activation": "gelu_pytorch_tanh",
+    "sliding_window": 512,
+    "final_logit_softcapping": None,
+    "attention_bias": False,
+    "attention_k_eq_v": False,
+    "hidden_size_per_layer_input": 256,  # per-layer embeddings ON unless the config says 0/null
+    "num_kv_shared_layers": 0,
+    "enable_moe_block": False,
+    "use_bidirectional_attention": None,
+}
+_GEMMA4_ROPE: dict[str, dict[str, Any]] = {
+    SLIDING: {"rope_type": "default", "rope_theta": 10_000.0},
+    FULL: {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1_000_000.0},
+}
+
+
+def _gemma4_refusals(text: dict[str, Any]) -> None:
+    """Gemma 4 variants whose extra machinery the JAX path does not implement: refuse, never approximate."""
+    if text["hidden_size_per_layer_input"]:
+        raise UnsupportedModelError(
+            "Gemma 4 per-layer input embeddings (hidden_size_per_layer_input="
+            f"{text['hidden_size_per_layer_input']}, the E2B/E4B models) are not implemented in the JAX "
+            "path; only dense Gemma 4 decoders without them (e.g. 31B) are"
+        )
+    if text["num_kv_shared_layers"]:
+        raise UnsupportedModelError(
+            f"Gemma 4 KV sharing across layers (num_kv_shared_layers={text['num_kv_shared_layers']}) "
+            "is not implemented in the JAX path"
+        )
+    if text["enable_moe_block"]:
+        raise UnsupportedModelError(
+            "Gemma 4 mixture-of-experts blocks (enable_moe_block, e.g. 26B-A4B) are not implemented "
+            "in the JAX path"
+        )
+    if text["use_bidirectional_attention"] == "all":
+        raise UnsupportedModelError(
+            "bidirectional Gemma 4 (use_bidirectional_attention='all') is not a causal LM"
+        )
+    if text["attention_bias"]:
+        raise UnsupportedModelError("Gemma 4 with attention biases is not implemented in the JAX path")
+    if text["hidden_activation"] not in ("gelu_pytorch_tanh", "gelu_tanh"):
+        raise UnsupportedModelError(
+            f"Gemma 4 hidden_activation {text['hidden_activation']!r}: the JAX path implements "
+            "gelu_pytorch_tanh only"
+        )
+
+
+def _gemma4_layer_types(text: dict[str, Any], layers: int) -> tuple[str, ...]:
+    kinds = list(text.get("layer_types") or [FULL if (i + 1) % 6 == 0 else SLIDING for i in range(layers)])
+    if set(kinds) - {FULL, SLIDING}:
+        raise UnsupportedModelError(
+            f"Gemma 4 layer types {sorted(set(kinds))} are not implemented in the JAX path"
+        )
+    kinds[-1] = FULL  # transformers forces the last layer to full attention
+    return tuple(kinds)
+
+
+def _gemma4_global_shape(text: dict[str, Any], layer_types: tuple[str, ...]) -> tuple[int, int | None]:
+    """(head_dim, kv_heads or None) of the full-attention layers.
+
+    transformers writes them as per_layer_config {layer index: overrides}; older files (and the
+    published checkpoints) give global_head_dim (default 512) and num_global_key_value_heads, the
+    latter used only when attention_k_eq_v is set.
+    """
+    per_layer = text.get("per_layer_config")
+    if per_layer is None:
+        kv = text.get("num_global_key_value_heads") if text["attention_k_eq_v"] else None
+        return int(text.get("global_head_dim", 512) or text["head_dim"]), kv
+    by_index = {int(k): dict(v or {}) for k, v in per_layer.items()}
+    if set(by_index) - set(range(len(layer_types))):
+        raise UnsupportedModelError(
+            f"Gemma 4 per_layer_config names layers {sorted(by_index)} the model lacks"
+        )
+    full = {i for i, kind in enumerate(layer_types) if kind == FULL}
+    seen = {json.dumps(by_index.get(i, {}), sort_keys=True) for i in full}
+    local = [i for i, o in by_index.items() if o and i not in full]
+    if len(seen) > 1 or local:
+        raise UnsupportedModelError(
+            "Gemma 4 per_layer_config must give every full-attention layer the same overrides and the "
+            f"sliding layers none; got {per_layer}"
+        )
+    overrides = by_index.get(min(full), {}) if full else {}
+    unknown = set(overrides) - {"head_dim", "num_key_value_heads"}
+    if unknown:
+        raise UnsupportedModelError(f"Gemma 4 per-layer overrides {sorted(unknown)} are not implemented")
+    return int(overrides.get("head_dim") or text["head_dim"]), overrides.get("num_key_value_heads")
+
+
+def _gemma4_rope(text: dict[str, Any]) -> dict[str, RopeSpec]:
+    params = text.get("rope_parameters") or _GEMMA4_ROPE
+    out = {}
+    for kind in (SLIDING, FULL):
+        spec = _rope_spec(params.get(kind) or _GEMMA4_ROPE[kind], _GEMMA4_ROPE[kind]["rope_theta"])
+        if spec.rope_type not in ("default", "proportional"):
+            raise UnsupportedModelError(
+                f"Gemma 4 rope_type {spec.rope_type!r} is not implemented in the JAX path"
+            )
+        out[kind] = spec
+    return out
+
+
+def _gemma4(text: dict[str, Any], raw: dict[str, Any]) -> ModelConfig:
+    text = {**_GEMMA4_DEFAULTS, **text}
+    _gemma4_refusals(text)
+    common = _common(text)
+    layer_types = _gemma4_layer_types(text, common["layers"])
+    global_head_dim, global_kv_heads = _gemma4_global_shape(text, layer_types)
+    return ModelConfig(
+        family="gemma4",
+        tied_embeddings=bool(text.get("tie_word_embeddings", raw.get("tie_word_embeddings", True))),
+        layer_types=layer_types,
+        rope=_gemma4_rope(text),
+        sliding_window=text["sliding_window"],
+        attn_scale=1.0,  # q and k are RMS-normed; transformers' Gemma 4 attention uses scaling 1.0
+        attn_softcap=None,  # Gemma 4 has no attention-logit soft-cap
+        final_softcap=text["final_logit_softcapping"],
+        global_head_dim=global_head_dim,
+        global_kv_heads=global_kv_heads,
+        k_eq_v=bool(text["attention_k_eq_v"]),
+        value_norm=True,
+        layer_scalar=True,
         hf_config=raw,
         **common,
     )

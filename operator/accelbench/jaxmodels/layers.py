@@ -2,7 +2,7 @@
 
 Weights use Gemma's einsum layout, so sharding rules can name axes ("heads", "embed", "ffw"):
   q_einsum.w        [heads, embed, head_dim]
-  kv_einsum.w       [2, kv_heads, embed, head_dim]     (k, v)
+  kv_einsum.w       [2, kv_heads, embed, head_dim]     (k, v); [1, ...] (k only) where values are keys
   attn_vec_einsum.w [heads, head_dim, embed]
   gating_einsum.w   [2, ffw, embed]                    (gate, up)
   linear.w          [ffw, embed]                       (down)
@@ -34,9 +34,23 @@ class Weight(nnx.Module):
         self.w = nnx.Param(jax.random.normal(rngs.params(), shape, param_dtype) * std)
 
 
+class Buffer(nnx.Variable):
+    """A stored, never-trained value (transformers' persistent buffers, e.g. Gemma 4's layer_scalar).
+
+    Not an `nnx.Param`, so full fine-tuning leaves it alone as PyTorch does; the bridge loads and
+    exports it like a weight.
+    """
+
+
+def rms_normalize(x: jax.Array, eps: float) -> jax.Array:
+    """RMSNorm without a learned scale (Gemma 4's value norm), in float32 like transformers."""
+    x32 = x.astype(jnp.float32)
+    return (x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)).astype(x.dtype)
+
+
 class RMSNorm(nnx.Module):
     def __init__(self, dim: int, *, eps: float, offset: float, param_dtype: jnp.dtype) -> None:
-        # Gemma's zero-centred scale starts at 0 (identity); Llama's multiplier starts at 1.
+        # Gemma 3's zero-centred scale starts at 0 (identity); Llama's and Gemma 4's multiplier at 1.
         self.scale = nnx.Param(jnp.full((dim,), 1.0 - offset, param_dtype))
         self.eps = eps
         self.offset = offset
@@ -49,6 +63,8 @@ class RMSNorm(nnx.Module):
 
 def inverse_frequencies(spec: RopeSpec, head_dim: int) -> np.ndarray:
     """Per-pair rotation speeds in float32, with linear or Llama 3 frequency scaling applied."""
+    if spec.rope_type == "proportional":
+        return _proportional(spec, head_dim)
     exponents = np.arange(0, head_dim, 2, dtype=np.int64).astype(np.float32) / np.float32(head_dim)
     inv = (1.0 / (np.float32(spec.theta) ** exponents)).astype(np.float32)
     if spec.rope_type == "linear":
@@ -56,6 +72,18 @@ def inverse_frequencies(spec: RopeSpec, head_dim: int) -> np.ndarray:
     if spec.rope_type == "llama3":
         return _llama3_scaling(inv, spec)
     return inv
+
+
+def _proportional(spec: RopeSpec, head_dim: int) -> np.ndarray:
+    """Gemma 4's partial rotation: the first `partial_rotary_factor` of the pairs rotate at the speeds
+    a full head would give them (exponents over the whole head_dim); the other pairs get speed 0
+    (cos 1, sin 0: passed through unrotated). transformers' `_compute_proportional_rope_parameters`.
+    """
+    rotated = int(spec.partial_rotary_factor * head_dim // 2)
+    exponents = np.arange(0, 2 * rotated, 2, dtype=np.int64).astype(np.float32) / np.float32(head_dim)
+    inv = (1.0 / (np.float32(spec.theta) ** exponents)).astype(np.float32)
+    inv = np.concatenate([inv, np.zeros(head_dim // 2 - rotated, np.float32)])
+    return (inv / np.float32(spec.factor)).astype(np.float32)
 
 
 def _llama3_scaling(inv: np.ndarray, spec: RopeSpec) -> np.ndarray:
@@ -143,14 +171,20 @@ class Attention(nnx.Module):
         param_dtype: jnp.dtype,
         dtype: jnp.dtype,
     ) -> None:
-        n, k, d, h = cfg.heads, cfg.kv_heads, cfg.hidden, cfg.head_dim
+        n, d = cfg.heads, cfg.hidden
+        k, h = cfg.layer_kv_heads(layer_type), cfg.layer_head_dim(layer_type)
         std = d**-0.5
+        # Values equal to keys (Gemma 4 global layers with attention_k_eq_v): no V weight at all.
+        self.k_eq_v = cfg.shares_kv(layer_type)
         self.q_einsum = Weight((n, d, h), rngs=rngs, param_dtype=param_dtype, std=std)
-        self.kv_einsum = Weight((2, k, d, h), rngs=rngs, param_dtype=param_dtype, std=std)
+        self.kv_einsum = Weight(
+            (1 if self.k_eq_v else 2, k, d, h), rngs=rngs, param_dtype=param_dtype, std=std
+        )
         self.attn_vec_einsum = Weight((n, h, d), rngs=rngs, param_dtype=param_dtype, std=(n * h) ** -0.5)
         norm = {"eps": cfg.norm_eps, "offset": cfg.norm_offset, "param_dtype": param_dtype}
         self.query_norm = RMSNorm(h, **norm) if cfg.is_gemma else None
         self.key_norm = RMSNorm(h, **norm) if cfg.is_gemma else None
+        self.value_norm_eps = cfg.norm_eps if cfg.value_norm else None
         self.q_lora: LoRA | None = nnx.data(None)  # data: a LoRA may replace it
         self.k_lora: LoRA | None = nnx.data(None)  # data: a LoRA may replace it
         self.v_lora: LoRA | None = nnx.data(None)  # data: a LoRA may replace it
@@ -168,6 +202,8 @@ class Attention(nnx.Module):
         k = self.kv_einsum.w.shape[1]
         shapes = {"q_proj": ((d,), (n, h)), "k_proj": ((d,), (k, h)), "v_proj": ((d,), (k, h))}
         shapes["o_proj"] = ((n, h), (d,))
+        if self.k_eq_v:
+            del shapes["v_proj"]  # no v_proj module here for PEFT to adapt either
         for target in targets:
             if target in shapes:
                 lora = LoRA(*shapes[target], rank=rank, alpha=alpha, rngs=rngs, param_dtype=dtype)
@@ -176,11 +212,14 @@ class Attention(nnx.Module):
     def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array | None) -> jax.Array:
         q = jnp.einsum("btd,ndh->btnh", x, self.q_einsum.w[...].astype(self.dtype))
         kv = self.kv_einsum.w[...].astype(self.dtype)
-        k = jnp.einsum("btd,kdh->btkh", x, kv[0])
-        v = jnp.einsum("btd,kdh->btkh", x, kv[1])
-        q, k, v = _plus(q, self.q_lora, x), _plus(k, self.k_lora, x), _plus(v, self.v_lora, x)
+        k = _plus(jnp.einsum("btd,kdh->btkh", x, kv[0]), self.k_lora, x)
+        # Shared k/v: the values are the keys' projection (k_proj's adapter included), before k's norm/rope.
+        v = k if self.k_eq_v else _plus(jnp.einsum("btd,kdh->btkh", x, kv[1]), self.v_lora, x)
+        q = _plus(q, self.q_lora, x)
         if self.query_norm is not None and self.key_norm is not None:
             q, k = self.query_norm(q), self.key_norm(k)
+        if self.value_norm_eps is not None:
+            v = rms_normalize(v, self.value_norm_eps)
         inv_freq = inverse_frequencies(self.rope, q.shape[-1])  # a trace-time constant
         q = apply_rope(q, positions, inv_freq)
         k = apply_rope(k, positions, inv_freq)
@@ -258,7 +297,8 @@ class MLP(nnx.Module):
 
 
 class Block(nnx.Module):
-    """Pre-norm residual block; Gemma adds post-norms on both branches (its "sandwich" norms)."""
+    """Pre-norm residual block; Gemma adds post-norms on both branches (its "sandwich" norms), and
+    Gemma 4 multiplies the block's output (residual included) by a stored per-layer scalar."""
 
     def __init__(
         self, cfg: ModelConfig, layer_type: str, *, rngs: nnx.Rngs, param_dtype: jnp.dtype, dtype: jnp.dtype
@@ -271,6 +311,7 @@ class Block(nnx.Module):
         self.pre_ffw_norm = RMSNorm(d, **norm)
         self.mlp = MLP(cfg, rngs=rngs, param_dtype=param_dtype, dtype=dtype)
         self.post_ffw_norm = RMSNorm(d, **norm) if cfg.is_gemma else None
+        self.layer_scalar = Buffer(jnp.ones((1,), param_dtype)) if cfg.layer_scalar else None
         self.is_global = layer_type == FULL
 
     def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array | None) -> jax.Array:
@@ -281,4 +322,6 @@ class Block(nnx.Module):
         y = self.mlp(self.pre_ffw_norm(x))
         if self.post_ffw_norm is not None:
             y = self.post_ffw_norm(y)
+        if self.layer_scalar is not None:
+            return (x + y) * self.layer_scalar[...].astype(x.dtype)
         return x + y

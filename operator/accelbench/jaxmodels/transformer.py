@@ -1,10 +1,11 @@
-"""The decoder-only transformer shared by the Gemma 3 and Llama families.
+"""The decoder-only transformer shared by the Gemma 3, Gemma 4 (dense text) and Llama families.
 
 Tree layout (nnx paths):
   embedder.input_embedding [vocab, embed]; embedder.output_embedding [vocab, embed] when untied
   layers.<i>.{pre_attention_norm, post_attention_norm, pre_ffw_norm, post_ffw_norm}.scale
   layers.<i>.attn.{q_einsum, kv_einsum, attn_vec_einsum}.w, layers.<i>.attn.{query,key}_norm.scale
   layers.<i>.mlp.{gating_einsum, linear}.w
+  layers.<i>.layer_scalar [1] (Gemma 4; a Buffer, not a Param)
   final_norm.scale
 """
 

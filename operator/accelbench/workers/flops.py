@@ -94,6 +94,24 @@ def mfu(tokens_per_second: float, flops_per_token: float, chips: int, peak_tflop
     return tokens_per_second * flops_per_token / (chips * peak_tflops_per_chip * 1e12)
 
 
+def _global_layer_shape(cfg: Mapping[str, Any], layer_types: list[str] | None) -> tuple[Any, Any]:
+    """(global_head_dim, global_kv_heads) of Gemma 4's full-attention layers, else (None, None).
+
+    transformers (5.17 and later) writes them as per_layer_config {layer index: {head_dim,
+    num_key_value_heads}}; published checkpoints carry global_head_dim (Gemma4TextConfig's default:
+    512) and num_global_key_value_heads (applied only with attention_k_eq_v).
+    """
+    per_layer = cfg.get("per_layer_config")
+    if per_layer and layer_types and "full_attention" in layer_types:
+        first_global = str(layer_types.index("full_attention"))
+        overrides = per_layer.get(first_global) or per_layer.get(int(first_global)) or {}
+        return overrides.get("head_dim"), overrides.get("num_key_value_heads")
+    if str(cfg.get("model_type", "")).startswith("gemma4"):
+        kv = cfg.get("num_global_key_value_heads") if cfg.get("attention_k_eq_v") else None
+        return cfg.get("global_head_dim", 512), kv
+    return cfg.get("global_head_dim"), cfg.get("num_global_key_value_heads")
+
+
 def shape_from_hf_config(config: Mapping[str, Any], family: str = "", size: str = "local") -> ModelShape:
     """The ModelShape of a Hugging Face config.json (text config; multimodal ones nest it)."""
     cfg = dict(config.get("text_config") or config)
@@ -106,6 +124,7 @@ def shape_from_hf_config(config: Mapping[str, Any], family: str = "", size: str 
     if sliding and layer_types and "full_attention" in layer_types:
         # ModelShape describes a regular pattern: local layers before each global one.
         local_per_global = layer_types.index("full_attention") or None
+    global_head_dim, global_kv_heads = _global_layer_shape(cfg, layer_types)
     return ModelShape(
         family=family or str(cfg.get("model_type", "unknown")),
         size=size,
@@ -120,8 +139,8 @@ def shape_from_hf_config(config: Mapping[str, Any], family: str = "", size: str 
         tied_embeddings=bool(cfg.get("tie_word_embeddings", family.startswith("gemma"))),
         sliding_window=int(sliding) if local_per_global else None,
         local_per_global=local_per_global,
-        global_head_dim=cfg.get("global_head_dim"),
-        global_kv_heads=cfg.get("num_global_key_value_heads"),
+        global_head_dim=global_head_dim,
+        global_kv_heads=global_kv_heads,
         attention_k_eq_v=bool(cfg.get("attention_k_eq_v", False)),
         parameters=1,  # unknown here and unused by the FLOPs count
     )

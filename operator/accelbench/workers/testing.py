@@ -19,13 +19,15 @@ from typing import Any
 
 from .data import GEMMA_TEMPLATE, LLAMA_TEMPLATE
 
-FAMILIES = ("llama", "gemma3")
+FAMILIES = ("llama", "gemma3", "gemma4")
 VOCAB_SIZE = 512
 
 # Special tokens per family, in id order (ids 0..n-1); the names are the real families' names so the
 # built-in chat templates of workers.data apply unchanged.
 SPECIAL_TOKENS: dict[str, list[str]] = {
     "gemma3": ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>"],
+    # The tiny Gemma 4 reuses Gemma 3's turn tokens, so the built-in Gemma chat template applies.
+    "gemma4": ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>"],
     "llama": [
         "<|finetune_right_pad_id|>",
         "<|end_of_text|>",
@@ -38,6 +40,7 @@ SPECIAL_TOKENS: dict[str, list[str]] = {
 # (pad, eos, bos) token of each family, by name
 ROLE_TOKENS = {
     "gemma3": ("<pad>", "<eos>", "<bos>"),
+    "gemma4": ("<pad>", "<eos>", "<bos>"),
     "llama": ("<|finetune_right_pad_id|>", "<|eot_id|>", "<|begin_of_text|>"),
 }
 
@@ -112,6 +115,24 @@ def tiny_config(
         config = Gemma3TextConfig(
             **common, sliding_window=16, layer_types=layer_types, query_pre_attn_scalar=head_dim
         )
+    elif family == "gemma4":
+        from transformers import Gemma4TextConfig
+
+        # The 31B's features at test size: local/global layers, global layers with twice the head
+        # size, one KV head and values = keys, proportional (partial) rope on global layers, final
+        # soft-cap (small enough to matter for tiny logits), no per-layer input embeddings
+        # (hidden_size_per_layer_input defaults to 256).
+        layer_types = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(layers)]
+        config = Gemma4TextConfig(
+            **common,
+            sliding_window=16,
+            layer_types=layer_types,
+            global_head_dim=2 * head_dim,
+            num_global_key_value_heads=1,
+            attention_k_eq_v=True,
+            hidden_size_per_layer_input=0,
+            final_logit_softcapping=2.0,  # the 31B has 30; tiny logits stay below 1
+        )
     else:
         raise ValueError(f"family {family!r} is not one of {FAMILIES}")
     config.dtype = dtype
@@ -151,9 +172,24 @@ def make_tiny_model(
     )
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
+    if family == "gemma4":
+        _perturb_gemma4_scales(model, seed)
     model.save_pretrained(directory, safe_serialization=True)
     write_tokenizer_files(directory, family, tokenizer)
     return directory
+
+
+def _perturb_gemma4_scales(model: Any, seed: int) -> None:
+    """Gemma 4 initializes every norm scale and layer_scalar to exactly 1, which would hide a wrong
+    norm convention or a dropped scalar; spread them around 1 (deterministically) instead."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
+            if name.endswith(("norm.weight", "layer_scalar")):
+                noise = torch.rand(tensor.shape, generator=generator, dtype=torch.float32)
+                tensor.copy_((0.75 + 0.5 * noise).to(tensor.dtype))
 
 
 def write_tokenizer_files(directory: Path, family: str, tokenizer: Any) -> None:
@@ -166,7 +202,7 @@ def write_tokenizer_files(directory: Path, family: str, tokenizer: Any) -> None:
         "pad_token": pad,
         "model_max_length": 4096,
         "add_bos_token": False,  # the chat template writes the BOS token itself
-        "chat_template": GEMMA_TEMPLATE if family == "gemma3" else LLAMA_TEMPLATE,
+        "chat_template": GEMMA_TEMPLATE if family.startswith("gemma") else LLAMA_TEMPLATE,
     }
     (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
     special = {"bos_token": bos, "eos_token": eos, "pad_token": pad}
