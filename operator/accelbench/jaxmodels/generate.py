@@ -1,17 +1,22 @@
-"""Autoregressive decoding for the NNX Transformer, without a KV cache: greedy or temperature/top-p.
+"""Autoregressive decoding for the NNX Transformer with a KV cache: greedy or temperature/top-p.
 
 Layout: a fixed [B, T] token buffer per call, each row's prompt left-aligned at position 0 and its
 length in `lengths`; generated tokens are written at `lengths` and the length grows. Positions are
-the buffer indices, segment ids are 1 on a row's tokens and 0 on the rest of the buffer. Because the
-unused tail of a row sits after its tokens, causal attention alone already keeps every real token
-from seeing it: the model's packing masks or causal kernel flags both give the right answer.
+the buffer indices, segment ids are 1 on a row's tokens and 0 on the rest of the buffer.
 
-Known limitation: every new token runs one full forward over the whole buffer, inside one jitted
-`lax.while_loop` with static shapes (one compile per (B, T) and sampling setting). That is O(T)
-forwards of T tokens each, so O(T²) work where a KV cache would do O(T); the model's attention
-(jaxmodels/layers.py) has no cache to write into and this module does not change it. It is meant
-for an eval of some hundred problems after training, not for serving; only the last position's
-hidden state goes through the output projection, so the [B, T, vocab] logits never exist.
+One jitted program per (B, T) and sampling setting: a prefill (`Transformer.prefill`, the normal
+forward over the whole buffer once) fills each layer's k/v cache [B, T, kv_heads, head_dim], then a
+`lax.while_loop` with static shapes runs `Transformer.decode_step` on one token per row: it writes
+that token's k/v at its buffer index and attends to the cache up to it (and within the window on
+sliding layers). The cache tail after a row's real tokens holds values of the buffer's padding; no
+query ever attends to it before the decode overwrites it. Only the last position's hidden state
+goes through the output projection, so the [B, T, vocab] logits never exist.
+
+Cost: one forward over T tokens, then one single-token step per new token, each reading the weights
+and the cache. The cache takes 2 × layers × B × T × kv_heads × head_dim × dtype bytes (summed over
+layers where Gemma 4's global layers have their own kv_heads and head_dim), on top of the
+prefill's activations; e.g. 8 rows × 2048 tokens of a model with 60 layers × 16 kv heads × 256 in
+bfloat16 is 2 × 60 × 8 × 2048 × 16 × 256 × 2 B = 15 GiB.
 
 Sampling: logits / temperature, then the top-p nucleus (the smallest set of most likely tokens
 whose probability reaches top_p), then `jax.random.categorical` with the key folded in per step.
@@ -64,32 +69,46 @@ def make_decoder(
     stops = np.asarray(sorted(set(stop_ids)) or [-1], dtype=np.int32)
 
     def decode(states: tuple[Any, ...], tokens: jax.Array, lengths: jax.Array, key: jax.Array):
+        if max_new_tokens < 1:
+            return tokens, lengths
         model: Transformer = nnx.merge(graphdef, *states)
         b, t = tokens.shape
         index = jnp.arange(t, dtype=jnp.int32)
-        positions = jnp.broadcast_to(index, (b, t))
         rows = jnp.arange(b)
 
-        def step(carry: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
-            i, tokens, lengths, done = carry
-            segment_ids = (index[None, :] < lengths[:, None]).astype(jnp.int32)
-            hidden = model.hidden_states(tokens, positions, segment_ids)
-            last = jnp.take_along_axis(hidden, (lengths - 1)[:, None, None], axis=1)  # [B, 1, D]
-            logits = model.logits(last)[:, 0].astype(jnp.float32)
+        def emit(
+            i: jax.Array, hidden: jax.Array, tokens: jax.Array, lengths: jax.Array, done: jax.Array
+        ) -> tuple[jax.Array, jax.Array, jax.Array]:
+            """Pick step i's token from the hidden state [B, 1, D] of each row's last token; write it."""
+            logits = model.logits(hidden)[:, 0].astype(jnp.float32)
             token = pick_token(logits, jax.random.fold_in(key, i), temperature, top_p)
             write = ~done & (lengths < t)
             at = jnp.minimum(lengths, t - 1)
             tokens = tokens.at[rows, at].set(jnp.where(write, token, tokens[rows, at]))
             lengths = lengths + write.astype(jnp.int32)
             done = done | (write & jnp.isin(token, stops)) | (lengths >= t)
-            return i + 1, tokens, lengths, done
+            return tokens, lengths, done
 
-        def more(carry: tuple[jax.Array, ...]) -> jax.Array:
-            i, _, _, done = carry
+        segment_ids = (index[None, :] < lengths[:, None]).astype(jnp.int32)
+        hidden, caches = model.prefill(tokens, jnp.broadcast_to(index, (b, t)), segment_ids)
+        last = jnp.take_along_axis(hidden, (lengths - 1)[:, None, None], axis=1)  # [B, 1, D]
+        tokens, lengths, done = emit(jnp.int32(0), last, tokens, lengths, jnp.zeros((b,), bool))
+
+        def step(carry: tuple[Any, ...]) -> tuple[Any, ...]:
+            # Feed each row's last token and pick the next one from its output. A finished row feeds
+            # its last token again and again, rewriting one cache entry with the same values.
+            i, tokens, lengths, done, caches = carry
+            at = jnp.maximum(lengths - 1, 0)
+            hidden, caches = model.decode_step(tokens[rows, at][:, None], at[:, None], caches, at)
+            tokens, lengths, done = emit(i, hidden, tokens, lengths, done)
+            return i + 1, tokens, lengths, done, caches
+
+        def more(carry: tuple[Any, ...]) -> jax.Array:
+            i, _, _, done, _ = carry
             return (i < max_new_tokens) & ~jnp.all(done)
 
-        start = (jnp.int32(0), tokens, lengths, jnp.zeros((b,), bool))
-        _, tokens, lengths, _ = jax.lax.while_loop(more, step, start)
+        start = (jnp.int32(1), tokens, lengths, done, caches)
+        _, tokens, lengths, _, _ = jax.lax.while_loop(more, step, start)
         return tokens, lengths
 
     if out_sharding is not None:

@@ -8,6 +8,10 @@ Weights use Gemma's einsum layout, so sharding rules can name axes ("heads", "em
   linear.w          [ffw, embed]                       (down)
 Parameters are stored in `param_dtype` and cast to the compute `dtype` where they are used; norms,
 softmax and rotary angles run in float32 whatever the compute dtype, as in transformers.
+
+Attention is project (q, k, v) → attend → output. Generation reuses the pieces: `prefill` also
+returns k/v (the KV cache), `decode` projects one token per row, writes its k/v into the cache and
+attends over it with the einsum path's math.
 """
 
 from __future__ import annotations
@@ -210,6 +214,22 @@ class Attention(nnx.Module):
                 setattr(self, f"{target[0]}_lora", lora)
 
     def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array | None) -> jax.Array:
+        q, k, v = self.project(x, positions)
+        return self.output(self._attend(q, k, v, mask))
+
+    def prefill(
+        self, x: jax.Array, positions: jax.Array, mask: jax.Array | None
+    ) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """`__call__` that also returns k and v [B, T, kv_heads, H]: the KV cache of these tokens."""
+        q, k, v = self.project(x, positions)
+        return self.output(self._attend(q, k, v, mask)), k, v
+
+    def project(self, x: jax.Array, positions: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """(q [B, T, heads, H], k, v [B, T, kv_heads, H]): projections, adapters, norms and rope.
+
+        k and v are what the KV cache holds: the decode path (`decode`) projects one token with this
+        same function and attends to them.
+        """
         q = jnp.einsum("btd,ndh->btnh", x, self.q_einsum.w[...].astype(self.dtype))
         kv = self.kv_einsum.w[...].astype(self.dtype)
         k = _plus(jnp.einsum("btd,kdh->btkh", x, kv[0]), self.k_lora, x)
@@ -223,9 +243,40 @@ class Attention(nnx.Module):
         inv_freq = inverse_frequencies(self.rope, q.shape[-1])  # a trace-time constant
         q = apply_rope(q, positions, inv_freq)
         k = apply_rope(k, positions, inv_freq)
-        out = self._attend(q, k, v, mask)
+        return q, k, v
+
+    def output(self, out: jax.Array) -> jax.Array:
+        """The attention output [B, T, heads, H] projected back to [B, T, embed] (o_proj + adapter)."""
         y = jnp.einsum("btnh,nhd->btd", out, self.attn_vec_einsum.w[...].astype(self.dtype))
         return _plus(y, self.o_lora, out)
+
+    def decode(
+        self, x: jax.Array, positions: jax.Array, cache_k: jax.Array, cache_v: jax.Array, at: jax.Array
+    ) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """One new token per row against the KV cache: (y [B, 1, embed], cache_k, cache_v).
+
+        x [B, 1, embed] at positions [B, 1]; cache_k, cache_v [B, T, kv_heads, H]. The token's k/v are
+        written at index `at` [B] of each row, then it attends to cache indices j <= at (and
+        j > at - window on sliding layers): the einsum path of `_attend` for one query row.
+        """
+        q, k, v = self.project(x, positions)
+        rows = jnp.arange(x.shape[0])
+        cache_k = cache_k.at[rows, at].set(k[:, 0].astype(cache_k.dtype))
+        cache_v = cache_v.at[rows, at].set(v[:, 0].astype(cache_v.dtype))
+        index = jnp.arange(cache_k.shape[1])[None, :]
+        allowed = index <= at[:, None]
+        if self.window is not None:
+            allowed &= index > at[:, None] - self.window
+        # Grouped-query attention without repeating k/v: query head n = kv head n // groups.
+        b, _, n, h = q.shape
+        kv_heads = cache_k.shape[2]
+        q = q.reshape(b, kv_heads, n // kv_heads, h)
+        logits = jnp.einsum("bkgh,bskh->bkgs", q, cache_k).astype(jnp.float32) * self.scale
+        logits = softcap(logits, self.softcap)
+        logits = jnp.where(allowed[:, None, None, :], logits, _MASKED)
+        probs = jax.nn.softmax(logits, axis=-1).astype(self.dtype)
+        out = jnp.einsum("bkgs,bskh->bkgh", probs, cache_v).reshape(b, 1, n, h)
+        return self.output(out), cache_k, cache_v
 
     def _attend(self, q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array | None) -> jax.Array:
         """Attention under the data.py rule; `mask` None means plain causal (one sequence per row).
@@ -315,7 +366,24 @@ class Block(nnx.Module):
         self.is_global = layer_type == FULL
 
     def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array | None) -> jax.Array:
-        y = self.attn(self.pre_attention_norm(x), positions, mask)
+        return self._rest(x, self.attn(self.pre_attention_norm(x), positions, mask))
+
+    def decode(
+        self, x: jax.Array, positions: jax.Array, cache_k: jax.Array, cache_v: jax.Array, at: jax.Array
+    ) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """`__call__` for one token per row against the layer's KV cache (see Attention.decode)."""
+        y, cache_k, cache_v = self.attn.decode(self.pre_attention_norm(x), positions, cache_k, cache_v, at)
+        return self._rest(x, y), cache_k, cache_v
+
+    def prefill(
+        self, x: jax.Array, positions: jax.Array, mask: jax.Array | None
+    ) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """`__call__` that also returns the layer's k and v [B, T, kv_heads, H] (a filled KV cache)."""
+        y, k, v = self.attn.prefill(self.pre_attention_norm(x), positions, mask)
+        return self._rest(x, y), k, v
+
+    def _rest(self, x: jax.Array, y: jax.Array) -> jax.Array:
+        """Everything after attention: post-attention norm, residual, MLP branch, layer scalar."""
         if self.post_attention_norm is not None:
             y = self.post_attention_norm(y)
         x = x + y

@@ -22,6 +22,9 @@ from .config import ModelConfig
 from .layers import Block, RMSNorm, attention_mask, softcap
 from .lora import ATTENTION_TARGETS, MLP_TARGETS, validate_targets
 
+# Per layer (k, v), each [B, T, kv_heads, head_dim] in the compute dtype.
+KVCache = tuple[tuple[jax.Array, jax.Array], ...]
+
 
 class Embedder(nnx.Module):
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, param_dtype: jnp.dtype) -> None:
@@ -95,17 +98,53 @@ class Transformer(nnx.Module):
     def hidden_states(self, input_ids: jax.Array, positions: jax.Array, segment_ids: jax.Array) -> jax.Array:
         """Final-norm output [B, T, embed] in the compute dtype."""
         x = self.embedder.encode(input_ids, self.dtype)
-        # Two masks at most (global and local), built once and shared by the layers; none at all
-        # when rows hold one sequence each (the layers then attend causally by flag).
+        masks = self._masks(segment_ids)
+        for block in self.layers:
+            mask = masks[block.attn.window]
+            x = _checkpointed(block, x, positions, mask) if self.remat else block(x, positions, mask)
+        return self.final_norm(x)
+
+    def _masks(self, segment_ids: jax.Array) -> dict[int | None, jax.Array | None]:
+        """Attention masks by window: two at most (global and local), built once and shared by the
+        layers; none at all when rows hold one sequence each (the layers then attend causally by flag).
+        """
         masks: dict[int | None, jax.Array | None] = {None: None, self.sliding_window: None}
         if self.segment_masks:
             masks[None] = attention_mask(segment_ids, None)
             if self.sliding_window is not None:
                 masks[self.sliding_window] = attention_mask(segment_ids, self.sliding_window)
+        return masks
+
+    def prefill(
+        self, input_ids: jax.Array, positions: jax.Array, segment_ids: jax.Array
+    ) -> tuple[jax.Array, KVCache]:
+        """`hidden_states` [B, T, embed] plus each layer's (k, v) [B, T, kv_heads, H]: a filled KV cache.
+
+        The cache is as long as the input; entries after a row's real tokens hold values of whatever
+        the buffer has there, which `decode_step` overwrites before any query may attend to them.
+        """
+        x = self.embedder.encode(input_ids, self.dtype)
+        masks = self._masks(segment_ids)
+        caches = []
         for block in self.layers:
-            mask = masks[block.attn.window]
-            x = _checkpointed(block, x, positions, mask) if self.remat else block(x, positions, mask)
-        return self.final_norm(x)
+            x, k, v = block.prefill(x, positions, masks[block.attn.window])
+            caches.append((k, v))
+        return self.final_norm(x), tuple(caches)
+
+    def decode_step(
+        self, token: jax.Array, positions: jax.Array, caches: KVCache, at: jax.Array
+    ) -> tuple[jax.Array, KVCache]:
+        """One token per row, token [B, 1] at positions [B, 1], against the caches from `prefill`.
+
+        Each layer writes the token's k/v at cache index `at` [B] and attends to indices <= at.
+        Returns the final-norm hidden state [B, 1, embed] and the updated caches.
+        """
+        x = self.embedder.encode(token, self.dtype)
+        updated = []
+        for block, (k, v) in zip(self.layers, caches, strict=True):
+            x, k, v = block.decode(x, positions, k, v, at)
+            updated.append((k, v))
+        return self.final_norm(x), tuple(updated)
 
     def logits(self, hidden: jax.Array) -> jax.Array:
         return softcap(self.embedder.decode(hidden), self.final_softcap)

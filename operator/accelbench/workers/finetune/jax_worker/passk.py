@@ -4,7 +4,8 @@ Every process runs the same SPMD program over every batch (the parameters are sh
 mesh; the token buffer is replicated), so the samples are the same everywhere; process 0 runs the
 checkers and reports. One buffer shape for the whole eval (batch_size rows × the longest prompt plus
 max_new_tokens, rounded up to 8) means one compile. See jaxmodels/generate.py for the cost: one
-forward over the whole buffer per new token, no KV cache.
+prefill over the buffer, then one cached single-token step per new token; the KV cache takes
+2 × layers × rows × buffer length × kv_heads × head_dim × dtype bytes.
 """
 
 from __future__ import annotations
