@@ -21,12 +21,19 @@ $(STAMP): pyproject.toml
 # Peer load generators for the agreement tests, each in its own venv (their pins clash with ours).
 AIPERF_VERSION := 0.13.0
 AIPERF := .peers/aiperf/bin/aiperf
-peers: $(AIPERF)
+GUIDELLM_VERSION := 0.8.1
+GUIDELLM := .peers/guidellm/bin/guidellm
+peers: $(AIPERF) $(GUIDELLM)
 
 $(AIPERF):
 	test -x .peers/aiperf/bin/python || $(PYTHON) -m venv .peers/aiperf
 	.peers/aiperf/bin/python -m pip install --quiet --upgrade pip
 	.peers/aiperf/bin/python -m pip install --quiet 'aiperf==$(AIPERF_VERSION)'
+
+$(GUIDELLM):
+	test -x .peers/guidellm/bin/python || $(PYTHON) -m venv .peers/guidellm
+	.peers/guidellm/bin/python -m pip install --quiet --upgrade pip
+	.peers/guidellm/bin/python -m pip install --quiet 'guidellm==$(GUIDELLM_VERSION)'
 
 lint: venv
 	$(VENV)/bin/ruff check operator tests hack benchmarks
@@ -54,7 +61,8 @@ e2e: venv binaries
 # Everything: lint, CRD drift, unit, workers (torch + JAX on CPU), bench client, e2e on the local
 # control plane.
 test: lint crds-check binaries peers
-	ACCELBENCH_PEER_AIPERF=$(CURDIR)/$(AIPERF) $(VENV)/bin/pytest -q -p no:cacheprovider tests
+	ACCELBENCH_PEER_AIPERF=$(CURDIR)/$(AIPERF) ACCELBENCH_PEER_GUIDELLM=$(CURDIR)/$(GUIDELLM) \
+	  $(VENV)/bin/pytest -q -p no:cacheprovider tests
 
 # The main job on this machine: local control plane, operator, quickstart fine-tune and benchmark.
 demo: venv binaries

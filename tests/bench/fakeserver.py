@@ -83,6 +83,8 @@ def make_app(b: Behaviour) -> web.Application:
         body = await request.json()
         chat = request.path.endswith("/chat/completions")
         prompt = body["messages"][-1]["content"] if chat else body["prompt"]
+        if not isinstance(prompt, str):  # token ids (OpenAI allows them; GuideLLM sends them)
+            prompt = " ".join(f"w{t}" for t in prompt)
         if prompt.startswith("FAIL500"):
             return web.json_response({"error": {"message": "boom"}}, status=500)
         n = int(body.get("max_completion_tokens") or body.get("max_tokens") or 16)

@@ -76,5 +76,33 @@ def run_aiperf(executable: str, s: Settings, model: str) -> Figures:
     return Figures(data["time_to_first_token"]["p50"], data["output_token_throughput"]["avg"], duration)
 
 
+def run_guidellm(executable: str, s: Settings) -> Figures:
+    """GuideLLM 0.8 (`guidellm run`, its kind=... options); completions API, closed loop only.
+
+    It sends the prompt as token ids, which the OpenAI completions API allows. Figures: median
+    TTFT of successful requests, and its mean output tokens/s over the run.
+    """
+    if s.rate or s.api != "completions":
+        raise ValueError("this GuideLLM wrapper drives closed-loop completions only")
+    data = f"kind=synthetic_text,prompt_tokens={s.input_length},output_tokens={s.output_length}"
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "guidellm.json"
+        subprocess.run(
+            [
+                executable, "run",
+                "--backend", f"kind=openai_http,target={s.url}",
+                "--profile", f"kind=concurrent,streams={s.concurrency}",
+                "--constraint", f"kind=max_requests,count={s.requests}",
+                "--data", data,
+                "--tokenizer", f"kind=hf_auto,model={s.model_dir}",
+                "--output", f"kind=json,path={out}", "--disable-console",
+            ],
+            check=True, capture_output=True, timeout=600,
+        )  # fmt: skip
+        metrics = json.loads(out.read_text())["benchmarks"][0]["metrics"]
+    ttft = metrics["time_to_first_token_ms"]["successful"]["percentiles"]["p50"]
+    return Figures(ttft, metrics["output_tokens_per_second"]["successful"]["mean"])
+
+
 def relative_gap(a: float, b: float) -> float:
     return abs(a - b) / max(abs(b), 1e-12)

@@ -1,13 +1,14 @@
-"""Agreement with AIPerf on the same server and settings: median TTFT and output throughput within 5 %.
+"""Agreement with peer load generators on the same server and settings: median TTFT and output
+throughput within 5 %.
 
-Runs when ACCELBENCH_PEER_AIPERF names an aiperf executable: `make test` installs AIPerf 0.13.0 in
-.peers/aiperf and sets it (see peers.py). Why these peers and not others: README in
-benchmarks/client_overhead.
+Runs when ACCELBENCH_PEER_AIPERF / ACCELBENCH_PEER_GUIDELLM name the peers' executables: `make test`
+installs AIPerf 0.13.0 and GuideLLM 0.8.1 in .peers/ (a venv each) and sets both (see peers.py).
+Why these peers and not others: README in benchmarks/client_overhead.
 
 The fake server's TTFT is 200 ms, a typical engine's: AIPerf's own overhead (1.3-2.8 ms on this
 2-core machine, measured against the fake's known timeline) is then ~1 % of it, not the 3-5 % it
-is of a 50 ms TTFT, which left the 5 % bar to chance. Gaps seen here: TTFT 0.8-1.3 %, output
-throughput 1.7-2.0 %.
+is of a 50 ms TTFT, which left the 5 % bar to chance. Gaps seen here: AIPerf TTFT 0.8-1.3 %,
+output throughput 1.7-2.0 %; GuideLLM TTFT p50 201.8 ms vs the server's 200 ms.
 """
 
 from __future__ import annotations
@@ -16,14 +17,11 @@ import os
 
 import pytest
 from conftest import serve
-from peers import Settings, relative_gap, run_accelbench, run_aiperf
+from peers import Settings, relative_gap, run_accelbench, run_aiperf, run_guidellm
 
 AIPERF = os.environ.get("ACCELBENCH_PEER_AIPERF")
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.timeout(900),
-    pytest.mark.skipif(not AIPERF, reason="set ACCELBENCH_PEER_AIPERF to an aiperf executable"),
-]
+GUIDELLM = os.environ.get("ACCELBENCH_PEER_GUIDELLM")
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 @pytest.fixture(scope="module")
@@ -33,11 +31,22 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(make_tiny_model(tmp_path_factory.mktemp("tiny") / "model"))
 
 
+@pytest.mark.skipif(not AIPERF, reason="set ACCELBENCH_PEER_AIPERF to an aiperf executable")
 @pytest.mark.parametrize("api", ["completions", "chat"])
 def test_closed_loop_agrees_with_aiperf(tiny_model: str, api: str) -> None:
     with serve(["--ttft", "0.2", "--gap", "0.01", "--chunk-tokens", "1"]) as url:
         s = Settings(url=url, model_dir=tiny_model, api=api)
         ours = run_accelbench(s)
         theirs = run_aiperf(str(AIPERF), s, "fake-model")
+    assert relative_gap(ours.ttft_p50_ms, theirs.ttft_p50_ms) < 0.05, (ours, theirs)
+    assert relative_gap(ours.output_tokens_per_second, theirs.output_tokens_per_second) < 0.05, (ours, theirs)
+
+
+@pytest.mark.skipif(not GUIDELLM, reason="set ACCELBENCH_PEER_GUIDELLM to a guidellm executable")
+def test_closed_loop_agrees_with_guidellm(tiny_model: str) -> None:
+    with serve(["--ttft", "0.2", "--gap", "0.01", "--chunk-tokens", "1"]) as url:
+        s = Settings(url=url, model_dir=tiny_model)
+        ours = run_accelbench(s)
+        theirs = run_guidellm(str(GUIDELLM), s)
     assert relative_gap(ours.ttft_p50_ms, theirs.ttft_p50_ms) < 0.05, (ours, theirs)
     assert relative_gap(ours.output_tokens_per_second, theirs.output_tokens_per_second) < 0.05, (ours, theirs)
