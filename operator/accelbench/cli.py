@@ -239,6 +239,79 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _list_resources(args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
+    """FinetuneJobs and InferenceBenches from the cluster of the kubeconfig (or in-cluster)."""
+    import os
+
+    from kubernetes import client, config
+
+    from .api.base import GROUP, VERSION
+
+    try:
+        config.load_kube_config(config_file=args.kubeconfig, context=args.context)
+    except (config.ConfigException, OSError, TypeError) as exc:
+        if args.kubeconfig or not os.environ.get("KUBERNETES_SERVICE_HOST"):
+            raise config.ConfigException(f"kubeconfig {args.kubeconfig or '(default)'}: {exc}") from None
+        config.load_incluster_config()  # running in a pod
+    api = client.CustomObjectsApi()
+    selector = {"label_selector": args.selector} if args.selector else {}
+    found = []
+    for plural in ("finetunejobs", "inferencebenches"):
+        if args.all_namespaces:
+            listed = api.list_cluster_custom_object(GROUP, VERSION, plural, _request_timeout=30, **selector)
+        else:
+            listed = api.list_namespaced_custom_object(
+                GROUP, VERSION, args.namespace, plural, _request_timeout=30, **selector
+            )
+        found.append(list(listed.get("items") or []))
+    return found[0], found[1]
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Finished runs side by side: speed, MFU and $ per 1M tokens, with ratios against the best."""
+    import json
+
+    from kubernetes import config
+    from rich.console import Console
+    from rich.table import Table
+
+    from .compare import BENCH_COLUMNS, FINETUNE_COLUMNS, as_records, compare, format_value
+
+    try:
+        finetunes, benches = _list_resources(args)
+    except config.ConfigException as exc:
+        print(f"error: no cluster to read: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # the apiserver's refusal or an unreachable address: say which, briefly
+        print(f"error: cannot list accelbench resources: {str(exc).splitlines()[0][:300]}", file=sys.stderr)
+        return 2
+    rows = compare(finetunes, benches)
+    if args.output == "json":
+        print(json.dumps(as_records(rows), indent=2))
+        return 0
+    # Piped output (files, scripts) gets wide lines rather than rich's 80-column fallback.
+    console = Console() if sys.stdout.isatty() else Console(width=240)
+    columns = {"FinetuneJob": FINETUNE_COLUMNS, "InferenceBench": BENCH_COLUMNS}
+    for kind, kind_rows in rows.items():
+        if not kind_rows:
+            continue
+        table = Table(title=f"{kind}s", title_justify="left")
+        for heading in ("name", "accelerator", "phase"):
+            table.add_column(heading)
+        for heading, _ in columns[kind]:
+            table.add_column(heading, justify="right")
+        for r in kind_rows:
+            name = r.name if not args.all_namespaces else f"{r.namespace}/{r.name}"
+            cells = [format_value(key, r.figures.get(key)) for _, key in columns[kind]]
+            table.add_row(name, r.accelerator, r.phase, *cells)
+        console.print(table)
+    if not any(rows.values()):
+        console.print("no FinetuneJobs or InferenceBenches found")
+    else:
+        console.print("speed × / cost ×: against the fastest and the cheapest per token (1.00 = best)")
+    return 0
+
+
 def cmd_convert(args: argparse.Namespace) -> int:
     """Convert a checkpoint between Hugging Face safetensors, JAX-layout safetensors and Orbax."""
     from .bridge.cli import run
@@ -290,6 +363,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="to hf: fold LoRA adapters into the weights (default), or write a PEFT adapter",
     )
     convert.set_defaults(func=cmd_convert)
+
+    comp = sub.add_parser(
+        "compare", help="finished runs side by side from the cluster: speed, MFU, $ per 1M tokens, ratios"
+    )
+    comp.add_argument("-n", "--namespace", default="default")
+    comp.add_argument("-A", "--all-namespaces", action="store_true")
+    comp.add_argument("-l", "--selector", default=None, help="label selector, e.g. campaign=gemma4-31b")
+    comp.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    comp.add_argument("--kubeconfig", default=None, help="default: $KUBECONFIG or ~/.kube/config")
+    comp.add_argument("--context", default=None)
+    comp.set_defaults(func=cmd_compare)
 
     report = sub.add_parser("report", help="render bench results JSON to HTML tables and PNG plots")
     report.add_argument("--in", dest="input", required=True, help="bench results JSON (--out or ConfigMap)")

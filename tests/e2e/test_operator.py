@@ -386,6 +386,33 @@ def test_queued_bench_client_waits_for_the_servers_admission_then_runs(
     assert obj["status"]["results"]["cells"]
 
 
+def test_compare_shows_the_finished_runs_side_by_side(env: Env) -> None:
+    """`accelbench compare` reads the statuses through the apiserver: the quickstart runs above."""
+    import json
+    import subprocess
+    import sys
+
+    base = [sys.executable, "-c", "from accelbench.cli import main; raise SystemExit(main())", "compare"]
+    done = subprocess.run(
+        [*base, "--kubeconfig", str(env.cluster.kubeconfig), "-o", "json"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    rows = {(r["kind"], r["name"]): r for r in json.loads(done.stdout)}
+    quick = rows[("FinetuneJob", "quick")]
+    assert quick["phase"] == "Succeeded" and quick["tokensPerSecond"] > 0 and quick["accelerator"]
+    bench = rows[("InferenceBench", "quick-bench")]
+    assert bench["peakOutputTokensPerSecond"] > 0 and bench["capacityConcurrency"] >= 1
+    table = subprocess.run(
+        [*base, "--kubeconfig", str(env.cluster.kubeconfig)], capture_output=True, text=True, timeout=60
+    )
+    assert table.returncode == 0 and "quick-bench" in table.stdout and "speed ×" in table.stdout
+    missing = subprocess.run(
+        [*base, "--kubeconfig", str(env.workdir / "no-such-kubeconfig")], capture_output=True, text=True
+    )
+    assert missing.returncode == 2 and missing.stderr.startswith("error:")
+
+
 def test_operator_survived_everything(env: Env) -> None:
     """Bad specs, a crashing worker, a restart, a queued bench: the operator is alive and never failed
     a pass (last in this file, so it sees everything above)."""

@@ -1,0 +1,155 @@
+"""Side-by-side comparison of finished runs, read from their statuses (pure; the CLI does the I/O).
+
+The question a user asks after a campaign (the same work on TPU, H100/H200 and Gaudi) is "which is
+fastest, and which is cheapest per token": one row per resource, ratios against the best row of its
+kind. Fine-tuning cost per 1M trained tokens = $/hour of the chips / (tokens/s × 3600) × 1e6, from
+the status's own price (plan chips × $/chip-hour) and measured tokens/s; serving cost per 1M output
+tokens is the status's figure at the SLO capacity. Resources without results show their phase and
+no numbers: nothing is estimated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Row:
+    kind: str  # FinetuneJob | InferenceBench
+    namespace: str
+    name: str
+    accelerator: str
+    phase: str
+    figures: dict[str, float | None] = field(default_factory=dict)
+
+
+FINETUNE_COLUMNS = (
+    ("tokens/s", "tokensPerSecond"),
+    ("tokens/s/chip", "tokensPerSecondPerChip"),
+    ("MFU", "mfu"),
+    ("final loss", "finalLoss"),
+    ("$/hour", "dollarsPerHour"),
+    ("$/1M tokens", "dollarsPerMillionTokens"),
+    ("speed ×", "speedRatio"),
+    ("cost ×", "costRatio"),
+)
+BENCH_COLUMNS = (
+    ("capacity", "capacityConcurrency"),
+    ("peak tok/s", "peakOutputTokensPerSecond"),
+    ("$/1M at capacity", "dollarsPerMillionTokensAtCapacity"),
+    ("$/1M at peak", "dollarsPerMillionTokensAtPeak"),
+    ("speed ×", "speedRatio"),
+    ("cost ×", "costRatio"),
+)
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def dollars_per_hour(status: Mapping[str, Any]) -> float | None:
+    cost = status.get("cost") or {}
+    chips, rate = _number(cost.get("chips")), _number(cost.get("dollarsPerChipHour"))
+    return chips * rate if chips is not None and rate is not None else None
+
+
+def finetune_row(obj: Mapping[str, Any]) -> Row:
+    status = obj.get("status") or {}
+    results = status.get("results") or {}
+    tps = _number(results.get("tokensPerSecond"))
+    hourly = dollars_per_hour(status)
+    per_million = hourly / (tps * 3600) * 1e6 if hourly and tps else None
+    figures = {
+        "tokensPerSecond": tps,
+        "tokensPerSecondPerChip": _number(results.get("tokensPerSecondPerChip")),
+        "mfu": _number(results.get("mfu")),
+        "finalLoss": _number(results.get("finalLoss")),
+        "dollarsPerHour": hourly,
+        "dollarsPerMillionTokens": per_million,
+    }
+    return _row("FinetuneJob", obj, figures)
+
+
+def bench_row(obj: Mapping[str, Any]) -> Row:
+    results = (obj.get("status") or {}).get("results") or {}
+    keys = [
+        "capacityConcurrency",
+        "peakOutputTokensPerSecond",
+        "dollarsPerMillionTokensAtCapacity",
+        "dollarsPerMillionTokensAtPeak",
+    ]
+    return _row("InferenceBench", obj, {k: _number(results.get(k)) for k in keys})
+
+
+def _row(kind: str, obj: Mapping[str, Any], figures: dict[str, float | None]) -> Row:
+    meta = obj.get("metadata") or {}
+    status = obj.get("status") or {}
+    return Row(
+        kind=kind,
+        namespace=str(meta.get("namespace") or ""),
+        name=str(meta.get("name") or ""),
+        accelerator=str(status.get("accelerator") or ""),
+        phase=str(status.get("phase") or "Pending"),
+        figures=figures,
+    )
+
+
+def with_ratios(rows: list[Row], speed_key: str, cost_key: str) -> list[Row]:
+    """speed × = this row's speed / the best; cost × = this row's $/token / the cheapest (1 = best)."""
+    speeds = [r.figures[speed_key] for r in rows if r.figures.get(speed_key)]
+    costs = [r.figures[cost_key] for r in rows if r.figures.get(cost_key)]
+    best_speed, cheapest = max(speeds, default=None), min(costs, default=None)
+    out = []
+    for r in rows:
+        speed, cost = r.figures.get(speed_key), r.figures.get(cost_key)
+        figures = dict(r.figures)
+        figures["speedRatio"] = speed / best_speed if speed and best_speed else None
+        figures["costRatio"] = cost / cheapest if cost and cheapest else None
+        out.append(Row(r.kind, r.namespace, r.name, r.accelerator, r.phase, figures))
+    return out
+
+
+def compare(
+    finetunes: Iterable[Mapping[str, Any]], benches: Iterable[Mapping[str, Any]]
+) -> dict[str, list[Row]]:
+    """Rows per kind, fastest first (rows without results last, by name)."""
+
+    def order(key: str) -> Any:
+        return lambda r: (r.figures.get(key) is None, -(r.figures.get(key) or 0.0), r.namespace, r.name)
+
+    ft = with_ratios([finetune_row(o) for o in finetunes], "tokensPerSecond", "dollarsPerMillionTokens")
+    ib = with_ratios(
+        [bench_row(o) for o in benches], "peakOutputTokensPerSecond", "dollarsPerMillionTokensAtCapacity"
+    )
+    return {
+        "FinetuneJob": sorted(ft, key=order("tokensPerSecond")),
+        "InferenceBench": sorted(ib, key=order("peakOutputTokensPerSecond")),
+    }
+
+
+def format_value(key: str, value: float | None) -> str:
+    if value is None:
+        return "–"
+    if key == "mfu":
+        return f"{value * 100:.1f} %"
+    if key in ("speedRatio", "costRatio"):
+        return f"{value:.2f}"
+    if key.startswith("dollars"):
+        return f"{value:,.4g}"
+    if key == "capacityConcurrency":
+        return f"{value:.0f}"
+    if key == "finalLoss":
+        return f"{value:.4f}"
+    return f"{value:,.1f}" if value < 100 else f"{value:,.0f}"
+
+
+def as_records(rows: dict[str, list[Row]]) -> list[dict[str, Any]]:
+    """Flat records for -o json."""
+    return [
+        {"kind": r.kind, "namespace": r.namespace, "name": r.name, "accelerator": r.accelerator,
+         "phase": r.phase, **r.figures}
+        for kind_rows in rows.values()
+        for r in kind_rows
+    ]  # fmt: skip
