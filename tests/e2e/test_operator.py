@@ -212,6 +212,43 @@ def test_quickstart_runs_the_real_worker_and_reports_throughput_and_cost(
     assert "Succeeded" in row and "cpu" in row
 
 
+def test_pass_at_k_reaches_the_status_through_the_operator(
+    env: Env, tiny: dict[str, str], tmp_path: Path
+) -> None:
+    """pass@k end to end: the worker generates, a checker command judges each sample, the report
+    lands in status.results.passAtK. The checker passes the problems whose row says so: 2 of 3."""
+    import json
+    import sys
+
+    problems = tmp_path / "problems.jsonl"
+    rows = [
+        {"prompt": f"Write a module number {i}.", "want": w} for i, w in enumerate(["pass", "fail", "pass"])
+    ]
+    problems.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    judge = (
+        "import json,os,sys; sys.exit(json.load(open(os.environ['ACCELBENCH_PROBLEM']))['want'] != 'pass')"
+    )
+    body = local_job("quick-passk", tiny)
+    body["spec"]["passAtK"] = {
+        "dataset": str(problems),
+        "k": [1],
+        "maxNewTokens": 4,
+        "checker": {"command": [sys.executable, "-c", judge], "timeoutSeconds": 30},
+    }
+    env.apply(body)
+    obj = wait_for(
+        lambda: (
+            (o := env.get(FT, "quick-passk")).get("status", {}).get("phase") in ("Succeeded", "Failed") and o
+        ),
+        timeout=240,
+        what="terminal phase",
+    )
+    assert obj["status"]["phase"] == "Succeeded", obj["status"]
+    passk = obj["status"]["results"]["passAtK"]
+    assert passk["problems"] == 3 and passk["samples"] == 3 and passk["passed"] == 2
+    assert passk["scores"]["pass@1"] == pytest.approx(2 / 3, abs=1e-3)
+
+
 def test_operator_metrics_carry_the_finished_jobs_results(env: Env) -> None:
     import urllib.request
 
