@@ -10,6 +10,18 @@ import torch
 
 FAMILIES = ("llama", "gemma3", "gemma4")
 
+# The tiny_config shape of the single-model tests (2 layers, GQA 4:2), fp32.
+TINY_SHAPE = {
+    "vocab_size": 64,
+    "layers": 2,
+    "hidden": 32,
+    "heads": 4,
+    "kv_heads": 2,
+    "head_dim": 8,
+    "intermediate": 64,
+    "dtype": "float32",
+}
+
 
 def packed_inputs(seed: int = 0, vocab: int = 512) -> dict[str, np.ndarray]:
     """Two rows of length 24: row 0 packs segments of 10 and 14 tokens, row 1 is 20 tokens + padding.

@@ -6,22 +6,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from jax_helpers import TINY_SHAPE
 
 import jax
 from accelbench.jaxmodels import layers
 from accelbench.jaxmodels.config import FULL, SLIDING, config_from_hf
 from accelbench.workers.testing import tiny_config
-
-SHAPE = {
-    "vocab_size": 64,
-    "layers": 2,
-    "hidden": 32,
-    "heads": 4,
-    "kv_heads": 2,
-    "head_dim": 8,
-    "intermediate": 64,
-    "dtype": "float32",
-}
 
 
 @pytest.mark.parametrize(
@@ -30,7 +20,7 @@ SHAPE = {
 def test_dot_product_attention_matches_einsum(
     family: str, layer_type: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    raw = tiny_config(family, **SHAPE)
+    raw = tiny_config(family, **TINY_SHAPE)
     cfg = config_from_hf(raw.to_dict() if hasattr(raw, "to_dict") else raw)
     attn = layers.Attention(cfg, layer_type, rngs=nnx.Rngs(0), param_dtype=jnp.float32, dtype=jnp.float32)
     rng = np.random.default_rng(0)
@@ -52,7 +42,7 @@ def test_causal_flags_equal_the_mask_on_one_sequence_rows(
     family: str, impl: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """mask None (is_causal + window flags) = the data.py mask, on every real token of a row."""
-    raw = tiny_config(family, **SHAPE)
+    raw = tiny_config(family, **TINY_SHAPE)
     raw.sliding_window = 4  # shorter than the rows, so the window is exercised
     cfg = config_from_hf(raw.to_dict() if hasattr(raw, "to_dict") else raw)
     layer_type = SLIDING if SLIDING in cfg.rope else FULL
@@ -73,7 +63,7 @@ def test_causal_flags_equal_the_mask_on_one_sequence_rows(
 def test_model_without_segment_masks_equals_with_them_on_one_sequence_rows() -> None:
     from accelbench.jaxmodels import Transformer
 
-    raw = tiny_config("gemma3", **SHAPE)
+    raw = tiny_config("gemma3", **TINY_SHAPE)
     raw.sliding_window = 4
     cfg = config_from_hf(raw.to_dict())
     model = Transformer(cfg, rngs=nnx.Rngs(2), dtype=jnp.float32)

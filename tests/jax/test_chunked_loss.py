@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from jax_helpers import TINY_SHAPE
 
 import jax
 from accelbench.jaxmodels import Transformer
@@ -13,21 +14,10 @@ from accelbench.jaxmodels.config import config_from_hf
 from accelbench.workers.finetune.jax_worker.step import chunked_ce_sum
 from accelbench.workers.testing import tiny_config
 
-SHAPE = {
-    "vocab_size": 64,
-    "layers": 2,
-    "hidden": 32,
-    "heads": 4,
-    "kv_heads": 2,
-    "head_dim": 8,
-    "intermediate": 64,
-    "dtype": "float32",
-}
-
 
 @pytest.mark.parametrize("family", ["llama", "gemma3"])
 def test_chunked_loss_and_grads_equal_unchunked(family: str) -> None:
-    raw = tiny_config(family, **SHAPE)
+    raw = tiny_config(family, **TINY_SHAPE)
     cfg = config_from_hf(raw.to_dict() if hasattr(raw, "to_dict") else raw)
     model = Transformer(cfg, rngs=nnx.Rngs(0), param_dtype=jnp.float32, dtype=jnp.float32)
     rng = np.random.default_rng(0)

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from jax_helpers import FAMILIES
+from jax_helpers import FAMILIES, TINY_SHAPE
 
 import jax
 from accelbench.bridge import load_hf
@@ -91,17 +91,7 @@ def test_decode_step_with_lora_adapters(tiny_models: dict[str, Path], family: st
 
 def test_decode_step_with_attention_softcap() -> None:
     """Gemma 2 style soft-capped attention logits (no fused kernel: the einsum path in both)."""
-    raw = tiny_config(
-        "gemma3",
-        vocab_size=64,
-        layers=2,
-        hidden=32,
-        heads=4,
-        kv_heads=2,
-        head_dim=8,
-        intermediate=64,
-        dtype="float32",
-    )
+    raw = tiny_config("gemma3", **TINY_SHAPE)
     raw.attn_logit_softcapping = 0.5  # small enough to bite on random logits
     raw.sliding_window = 16
     cfg = config_from_hf(raw.to_dict())
@@ -112,17 +102,7 @@ def test_decode_step_with_attention_softcap() -> None:
 
 def test_generate_with_a_stop_id_keeps_the_other_rows_going() -> None:
     """A row that stops early leaves the batch; the others decode as they would alone."""
-    raw = tiny_config(
-        "llama",
-        vocab_size=64,
-        layers=2,
-        hidden=32,
-        heads=4,
-        kv_heads=2,
-        head_dim=8,
-        intermediate=64,
-        dtype="float32",
-    )
+    raw = tiny_config("llama", **TINY_SHAPE)
     model = Transformer(config_from_hf(raw.to_dict()), rngs=nnx.Rngs(5), dtype=jnp.float32)
     prompts = [[5, 6, 7], [8, 9, 10, 11, 12, 13, 14]]
     alone = [generate(model, [p], max_new_tokens=10) for p in prompts]

@@ -140,3 +140,16 @@ def test_unknown_lora_target_is_invalid_config(manifest_for) -> None:
     report, code = _run(manifest)
     assert code == 3 and not report.ok and report.error.type == "InvalidConfig"
     assert "nope_proj" in report.error.message
+
+
+def test_attention_choice_and_its_override(monkeypatch: pytest.MonkeyPatch) -> None:
+    from accelbench.workers.finetune.torch_worker import ATTENTION_OVERRIDE, choose_attention
+
+    cpu = torch.device("cpu")
+    monkeypatch.delenv(ATTENTION_OVERRIDE, raising=False)
+    assert choose_attention(False, cpu) == ("sdpa", None)
+    attn, note = choose_attention(True, cpu)  # flash needs CUDA + flash_attn: falls back, says so
+    assert attn == "sdpa" and note is not None and "unavailable" in note
+    monkeypatch.setenv(ATTENTION_OVERRIDE, "flex_attention")
+    attn, note = choose_attention(False, cpu)
+    assert attn == "flex_attention" and note is not None and ATTENTION_OVERRIDE in note
