@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import math
 import os
 import statistics
 import time
@@ -24,7 +25,7 @@ import pytest
 
 from accelbench.workers.bench import client as client_mod
 from accelbench.workers.bench import rawhttp
-from accelbench.workers.bench.client import make_session, stream_request
+from accelbench.workers.bench.client import make_session, settle, stream_request
 from accelbench.workers.bench.prompts import PromptFactory, ServerTokenizer
 from accelbench.workers.bench.records import RequestRecord, TokenSource, request_metrics
 from accelbench.workers.bench.runner import Runner, RunSettings
@@ -61,7 +62,7 @@ def truth(monkeypatch: pytest.MonkeyPatch) -> list[tuple[RequestRecord, list[flo
         seen.append((record, stamps))
         original(record, events)
 
-    monkeypatch.setattr(rawhttp, "apply_events", capture)
+    monkeypatch.setattr(client_mod, "apply_events", capture)
     return seen
 
 
@@ -179,7 +180,7 @@ def test_errors_are_counted_by_type(fake_server: str) -> None:
             await stream_request(
                 session, fake_server + "/v1/completions", json.dumps(body).encode(), record, timeout
             )
-            return record
+            return settle(record)
 
     async def run() -> list[RequestRecord]:
         return list(
@@ -208,7 +209,7 @@ def test_raw_transport_counts_errors_by_type(fake_server: str) -> None:
         body = {"model": "fake-model", "prompt": prompt, "max_tokens": 8, "stream": True}
         record = RequestRecord(scheduled=time.perf_counter())
         await session.stream("/v1/completions", json.dumps(body).encode(), record, timeout)
-        return record
+        return settle(record)
 
     async def run() -> list[RequestRecord]:
         async with rawhttp.RawSession(fake_server) as s:
@@ -221,3 +222,22 @@ def test_raw_transport_counts_errors_by_type(fake_server: str) -> None:
     records = asyncio.run(run())
     assert [r.error for r in records] == ["http_500", "disconnect", "timeout", None]
     assert records[3].server_output_tokens is None and len(records[3].chunk_times) == 5  # 1,3,2,1,1
+
+
+def test_raw_send_now_writes_before_returning(fake_server: str) -> None:
+    """On an idle connection the open-loop send leaves in the dispatcher's own loop turn."""
+
+    async def run() -> tuple[float, RequestRecord, RequestRecord]:
+        body = json.dumps({"model": "fake-model", "prompt": "x", "max_tokens": 8, "stream": True}).encode()
+        async with rawhttp.RawSession(fake_server) as session:
+            first = RequestRecord(scheduled=time.perf_counter())
+            await session.stream("/v1/completions", body, first, 30.0)  # leaves an idle connection
+            second = RequestRecord(scheduled=time.perf_counter())
+            pending = session.send_now("/v1/completions", body, second, 30.0)
+            sent_before_any_await = second.sent
+            await pending
+            return sent_before_any_await, settle(first), settle(second)
+
+    sent, first, second = asyncio.run(run())
+    assert not math.isnan(sent) and sent == second.sent
+    assert first.ok and second.ok and second.chunk_times[0] > second.sent

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from accelbench.workers.bench.client import apply_events
+from accelbench.workers.bench.client import apply_events, settle
 from accelbench.workers.bench.openai import chat_body, completions_body, parse_event
 from accelbench.workers.bench.records import RequestRecord
 from accelbench.workers.bench.sse import SseParser
@@ -106,3 +106,14 @@ def test_request_bodies() -> None:
     chat = chat_body("m", "p", 16, False)
     assert chat["messages"] == [{"role": "user", "content": "p"}] and "prompt" not in chat
     assert "ignore_eos" not in chat
+
+
+def test_settle_parses_once_and_leaves_errors_alone() -> None:
+    record = RequestRecord(scheduled=0.0, sent=0.0)
+    record.events = [(0.2, b'{"choices":[{"text":"a"}]}'), (0.3, b"[DONE]")]
+    assert settle(record) is record and record.ok and record.events == []
+    assert settle(record).chunk_times == [0.2]  # a second call changes nothing
+    failed = RequestRecord(scheduled=0.0, sent=0.0, error="timeout", end=1.0)
+    assert settle(failed).error == "timeout"
+    empty = RequestRecord(scheduled=0.0, sent=0.0)
+    assert settle(empty).error == "empty_stream"  # a stream that ended without one event

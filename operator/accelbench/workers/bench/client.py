@@ -1,8 +1,9 @@
 """The HTTP side: one streamed request, timed; waiting for the server; finding the model name.
 
 The hot path does as little as possible per network read: stamp the time, split SSE events, keep
-the raw payloads. JSON is parsed when the stream has ended, so parsing one stream never delays
-reading another (asyncio runs everything on one thread).
+the raw payloads in the record. JSON is parsed by `settle` once the whole cell has ended, so
+parsing never delays reading another stream or sending the next request (asyncio runs everything
+on one thread; 64 json.loads per request would otherwise sit between a send and its schedule).
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ def classify_error(exc: BaseException) -> str:
 async def stream_request(
     session: aiohttp.ClientSession, url: str, body: bytes, record: RequestRecord, timeout_s: float
 ) -> None:
-    """Send one streaming request and fill `record`; never raises (errors go in record.error)."""
+    """Send one streaming request and fill `record` (raw events: see `settle`); never raises (errors
+    go in record.error)."""
     parser = SseParser()
     events: list[tuple[float, bytes]] = []
     clock = time.perf_counter
@@ -79,7 +81,15 @@ async def stream_request(
         record.error = classify_error(exc)
         record.end = clock()
         return
-    apply_events(record, events)
+    record.events = events
+
+
+def settle(record: RequestRecord) -> RequestRecord:
+    """Parse the raw events a transport left in the record (once; later calls do nothing)."""
+    if record.error is None and record.end is None:  # a finished stream, not yet parsed
+        events, record.events = record.events, []
+        apply_events(record, events)
+    return record
 
 
 def apply_events(record: RequestRecord, events: list[tuple[float, bytes]]) -> None:

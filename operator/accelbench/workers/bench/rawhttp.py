@@ -18,7 +18,6 @@ import asyncio
 import time
 from urllib.parse import urlsplit
 
-from .client import apply_events
 from .records import RequestRecord
 from .sse import SseParser
 
@@ -191,11 +190,17 @@ class RawSession:
         self._all.clear()
         self._idle.clear()
 
-    async def _acquire(self) -> _Conn:
+    def _take_idle(self) -> _Conn | None:
         while self._idle:
             conn = self._idle.pop()
             if not conn.closed:
                 return conn
+        return None
+
+    async def _acquire(self) -> _Conn:
+        conn = self._take_idle()
+        if conn is not None:
+            return conn
         loop = asyncio.get_running_loop()
         try:
             _, conn = await loop.create_connection(_Conn, self.host, self.port)
@@ -212,26 +217,58 @@ class RawSession:
         ).encode()
         return head + body
 
+    def _write(self, conn: _Conn, path: str, body: bytes) -> asyncio.Future:
+        done = conn.start(asyncio.get_running_loop())
+        assert conn.transport is not None
+        conn.transport.write(self._request_bytes(path, body))
+        return done
+
+    def send_now(self, path: str, body: bytes, record: RequestRecord, timeout_s: float) -> asyncio.Future:
+        """Start one streaming request in the caller's turn of the event loop; the returned task
+        finishes it (fills `record`, never raises).
+
+        On an idle keep-alive connection the request is written before this returns, so it leaves at
+        the moment the open-loop dispatcher woke for it, not one loop turn later (behind every
+        callback queued meanwhile) as it would from a new task. Without an idle connection the
+        task connects first, as `stream` does."""
+        conn = self._take_idle()
+        if conn is None:
+            return asyncio.ensure_future(self.stream(path, body, record, timeout_s))
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        record.sent = time.perf_counter()
+        done = self._write(conn, path, body)
+        return asyncio.ensure_future(self._receive(conn, done, record, deadline))
+
     async def stream(self, path: str, body: bytes, record: RequestRecord, timeout_s: float) -> None:
-        """Send one streaming request and fill `record`; never raises (errors go in record.error)."""
-        clock = time.perf_counter
-        conn: _Conn | None = None
-        record.sent = clock()
+        """Send one streaming request and fill `record` (raw events: see client.settle); never
+        raises (errors go in record.error)."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        record.sent = time.perf_counter()  # connecting, when needed, is the request's time
         try:
-            async with asyncio.timeout(timeout_s):
+            async with asyncio.timeout_at(deadline):
                 conn = await self._acquire()
-                done = conn.start(asyncio.get_running_loop())
-                assert conn.transport is not None
-                conn.transport.write(self._request_bytes(path, body))
+        except ResponseError as exc:
+            record.error, record.end = exc.kind, time.perf_counter()
+            return
+        except TimeoutError:
+            record.error, record.end = "timeout", time.perf_counter()
+            return
+        done = self._write(conn, path, body)
+        await self._receive(conn, done, record, deadline)
+
+    async def _receive(
+        self, conn: _Conn, done: asyncio.Future, record: RequestRecord, deadline: float
+    ) -> None:
+        clock = time.perf_counter
+        try:
+            async with asyncio.timeout_at(deadline):
                 status = await done
         except ResponseError as exc:
-            record.error = exc.kind
-            record.end = clock()
+            record.error, record.end = exc.kind, clock()
             self._drop(conn)
             return
         except TimeoutError:
-            record.error = "timeout"
-            record.end = clock()
+            record.error, record.end = "timeout", clock()
             self._drop(conn)
             return
         if conn.keep_alive and not conn.closed:
@@ -239,10 +276,9 @@ class RawSession:
         else:
             self._drop(conn)
         if status != 200:
-            record.error = f"http_{status}"
-            record.end = clock()
+            record.error, record.end = f"http_{status}", clock()
             return
-        apply_events(record, conn.events)
+        record.events = conn.events
 
     def _drop(self, conn: _Conn | None) -> None:
         if conn is None:

@@ -43,6 +43,9 @@ class RequestRecord:
     server_output_tokens: int | None = None
     error: str | None = None
     warmup: bool = False
+    # Raw (read time, SSE payload) pairs as the transport saw them, folded into the fields above by
+    # client.settle() once the cell is over: no JSON is parsed while requests are in flight.
+    events: list[tuple[float, bytes]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
