@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import threading
 import urllib.request
@@ -150,6 +151,39 @@ def test_attention_choice_and_its_override(monkeypatch: pytest.MonkeyPatch) -> N
     assert choose_attention(False, cpu) == ("sdpa", None)
     attn, note = choose_attention(True, cpu)  # flash needs CUDA + flash_attn: falls back, says so
     assert attn == "sdpa" and note is not None and "unavailable" in note
+    from accelbench.workers.finetune import torch_attention
+
+    cuda = torch.device("cuda")  # the choice only (nothing runs on it)
+    expected = "flash_attention_2" if importlib.util.find_spec("flash_attn") else torch_attention.NAME
+    assert choose_attention(True, cuda) == (expected, None)
+    assert choose_attention(False, cuda) == ("sdpa", None)
     monkeypatch.setenv(ATTENTION_OVERRIDE, "flex_attention")
     attn, note = choose_attention(False, cpu)
     assert attn == "flex_attention" and note is not None and ATTENTION_OVERRIDE in note
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma3"])
+@pytest.mark.parametrize("pack", [False, True])
+def test_hybrid_attention_gives_the_sdpa_logits(
+    tiny_models, chat_dataset: Path, family: str, pack: bool
+) -> None:
+    """torch_attention (the CUDA default) keeps the data.py rule: same loss as sdpa's dense masks,
+    packed rows and a sliding window shorter than the rows included (forward only: FlexAttention
+    has no backward on CPU)."""
+    from accelbench.workers.finetune import torch_attention
+
+    tok = ChatTokenizer.from_model_dir(tiny_models[family], family)
+    examples = tokenize_examples(tok, read_jsonl(chat_dataset)[:6], "full")
+    rows, _ = build_rows(examples, 128, pack, tok.pad_id)
+    batch = rows.take(range(len(rows)))
+    assert (int(batch["segment_ids"].max()) > 1) == pack
+    name = torch_attention.register()
+    extra = {"sliding_window": 16} if family == "gemma3" else {}  # windows bite within 128 tokens
+    cpu = torch.device("cpu")
+    losses = []
+    for attn in ("sdpa", name):
+        model = AutoModelForCausalLM.from_pretrained(tiny_models[family], attn_implementation=attn, **extra)
+        with torch.no_grad():
+            ce, n = masked_ce_sum(model.eval(), batch, model.config, attn, cpu)
+        losses.append(ce.item() / n.item())
+    assert losses[1] == pytest.approx(losses[0], rel=1e-5)

@@ -35,6 +35,7 @@ from . import (
     StepRecord,
     TrainContext,
     learning_rate_at,
+    torch_attention,
 )
 
 # --------------------------------------------------------------------------------------------------
@@ -114,21 +115,30 @@ def peak_memory(device: torch.device) -> int | None:
 # Model
 
 
-# ACCELBENCH_TORCH_ATTENTION names transformers' attn_implementation outright (e.g. flex_attention)
-# for benchmarking; packed rows' masks are built for sdpa/eager, so leave it unset for packed data.
+# ACCELBENCH_TORCH_ATTENTION names transformers' attn_implementation outright (e.g. flex_attention,
+# or torch_attention.NAME on a machine without flash_attn) for benchmarking; packed rows' masks are
+# built for sdpa/eager and torch_attention.NAME only, so leave it unset for packed data otherwise.
 ATTENTION_OVERRIDE = "ACCELBENCH_TORCH_ATTENTION"
 
 
 def choose_attention(flash_requested: bool, device: torch.device) -> tuple[str, str | None]:
-    """(attn_implementation, note). flash_attention_2 needs CUDA and the flash_attn package."""
+    """(attn_implementation, note).
+
+    flashAttention on CUDA: the flash_attn package's kernels when it is installed, else flash
+    through SDPA for causal layers and FlexAttention for windowed layers and packed rows
+    (torch_attention.py). Off, or on other devices: SDPA."""
     forced = os.environ.get(ATTENTION_OVERRIDE)
     if forced:
+        if forced == torch_attention.NAME:
+            torch_attention.register()
         return forced, f"attention forced to {forced} by {ATTENTION_OVERRIDE}"
     if not flash_requested:
         return "sdpa", None
-    if device.type == "cuda" and importlib.util.find_spec("flash_attn") is not None:
+    if device.type != "cuda":
+        return "sdpa", f"flash attention requested but unavailable on {device.type}; using sdpa"
+    if importlib.util.find_spec("flash_attn") is not None:
         return "flash_attention_2", None
-    return "sdpa", f"flash attention requested but unavailable on {device.type}; using sdpa"
+    return torch_attention.register(), None
 
 
 def load_model(ctx: TrainContext, dtype: torch.dtype, attn: str) -> torch.nn.Module:
@@ -195,6 +205,9 @@ def attention_mask_for(
     segment_ids: np.ndarray, config: Any, attn: str, device: torch.device
 ) -> torch.Tensor | dict[str, torch.Tensor] | None:
     """The data.py attention rule in the form transformers takes; None when plain causal suffices."""
+    if attn == torch_attention.NAME:
+        per_layer_type = bool(getattr(config, "layer_types", None))
+        return torch_attention.masks_for(segment_ids, sliding_window_of(config), per_layer_type, device)
     if attn == "flash_attention_2" or int(segment_ids.max(initial=0)) <= 1:
         return None
     full = torch.from_numpy(attention_allowed(segment_ids)).unsqueeze(1).to(device)
