@@ -20,6 +20,10 @@ do not use. Without them `aiperf profile` with synthetic prompts and `--ui-type 
 commands end to end (Python 3.12, only the image's packages plus these wheels; see the serving
 README). They would add about 26 MB of the 64 MiB that can travel.
 
+GuideLLM 0.8.1 (client_overhead's third peer): what it needs besides torch, transformers and numpy
+(the image's) is pure Python but for ujson and wcwidth, about 5.5 MB in all. datasets, once left
+out for AIPerf, is carried for it: guidellm imports it even for synthetic prompts.
+
 Device package list: KINDS.md of the device tool (2026-11-17), with the versions known from its
 pip list; a package there without a version is assumed to satisfy what asks for it, and `verify`
 checks the real versions on the machine.
@@ -92,6 +96,29 @@ PINS: dict[str, str] = {
     "distro": "1.9.0",
     "jiter": "0.19.0",
     "sniffio": "1.3.1",
+    # guidellm 0.8.1 (benchmarks/client_overhead --guidellm; torch, transformers, numpy, httpx,
+    # pyarrow, pandas, uvloop are on the device; pydantic(-settings), rich, websockets carried above)
+    "guidellm": "0.8.1",
+    "click": "8.4.2",
+    "culsans": "0.10.0",
+    "aiologic": "0.17.1",
+    "datasets": "5.2.0",  # imported by guidellm's data loading (also for synthetic prompts)
+    "dill": "0.4.1",
+    "multiprocess": "0.70.19",
+    "eval-type-backport": "0.4.0",
+    "faker": "40.63.0",
+    "ftfy": "6.3.1",
+    "wcwidth": "0.9.4",
+    "h2": "4.4.1",
+    "hpack": "4.2.0",
+    "hyperframe": "6.1.0",
+    "loguru": "0.7.3",
+    "more-itertools": "11.2.1",
+    "sanic": "25.12.1",
+    "sanic-routing": "23.12.0",
+    "html5tagger": "2.0.0",
+    "tracerite": "2.6.5",
+    "ujson": "6.1.0",
 }
 
 OMITTED: dict[str, str] = {
@@ -102,7 +129,6 @@ OMITTED: dict[str, str] = {
     "optuna": "aiperf's parameter search",
     "kopf": "aiperf's Kubernetes operator",
     "kubernetes-asyncio": "aiperf's Kubernetes mode",
-    "datasets": "public data sets (--public-dataset); synthetic prompts only here",
     "soundfile": "audio inputs",
     "textual": "the terminal dashboard; the runs pass --ui-type none",
 }
@@ -153,6 +179,8 @@ DEVICE_PACKAGES = frozenset(_DEVICE_PACKAGE_TEXT.split())
 ROOTS: dict[str, list[str]] = {
     "accelbench bench worker": ["pydantic>=2.6", "aiohttp>=3.9", "numpy>=1.26"],
     "aiperf": ["aiperf==0.13.0"],
+    # guidellm asks for httpx[http2]; httpx is the device's, so its http2 extra (h2) is named here
+    "guidellm": ["guidellm==0.8.1", "h2>=3,<5"],
     # transformers 5.17.0 METADATA, extra "serving"
     "transformers serve": [
         "transformers==5.17.0",
@@ -180,6 +208,7 @@ IMPORTS: list[tuple[str, str, bool]] = [
     ("zmq", "aiperf", True),
     ("orjson", "aiperf", True),
     ("aiperf", "aiperf", True),
+    ("guidellm", "guidellm (client_overhead peer)", False),
     ("httptools", "uvicorn[standard] (faster HTTP parsing)", False),
     ("uvloop", "uvicorn, aiperf", False),
 ]

@@ -7,6 +7,7 @@ sustained when p99 schedule lag < 1 ms, achieved request rate >= 90 % of offered
 
 Schedule lag: accelbench records it per request (actual send - scheduled send). AIPerf: from its
 per-request export, request_start_ns - credit_issued_ns (credit = its timing manager's send order).
+GuideLLM: from its per-request JSON records, request_start - targeted_start (see `guidellm`).
 
     .venv/bin/python benchmarks/client_overhead/run.py --aiperf /tmp/peer-aiperf/bin/aiperf \
         --tokenizer /tmp/tiny-llama --out benchmarks/client_overhead/results.json
@@ -90,8 +91,10 @@ def accelbench(url: str, rate: float, count: int, transport: str) -> dict:
             "--no-capacity-search", "--transport", transport, "--out", str(out),
         ]  # fmt: skip
         subprocess.run(cmd, check=True, capture_output=True, timeout=600, env=child_env())
-        cell = json.loads(out.read_text())["cells"][0]
+        doc = json.loads(out.read_text())
+        cell = doc["cells"][0]
     return {
+        "eventLoop": doc["generator"].get("eventLoop"),
         "lagP50Ms": cell["scheduleLagMs"]["p50"],
         "lagP99Ms": cell["scheduleLagMs"]["p99"],
         "achievedRequestsPerSecond": cell["achievedRequestsPerSecond"],
@@ -102,13 +105,18 @@ def accelbench(url: str, rate: float, count: int, transport: str) -> dict:
     }
 
 
-def aiperf(exe: list[str], tokenizer: str, url: str, rate: float, count: int) -> dict:
+def aiperf(
+    exe: list[str], tokenizer: str, url: str, rate: float, count: int, workers: int | None = None
+) -> dict:
+    """AIPerf's own process layout: a timing manager issues credits, worker processes send (by default
+    min(concurrency, 0.75 × CPUs − 1) of them), record processors parse. `workers` caps the senders."""
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [
             *exe, "profile", "--model", "zero", "--url", url, "--endpoint-type", "completions", "--streaming",
             "--tokenizer", tokenizer, "--use-server-token-count", "--request-rate", str(rate),
             "--request-count", str(count), "--isl", "32", "--isl-stddev", "0", "--osl", str(OUTPUT_TOKENS),
             "--osl-stddev", "0", "--warmup-request-count", "8", "--artifact-dir", tmp, "--ui-type", "none",
+            *(["--workers-max", str(workers)] if workers else []),
         ]  # fmt: skip
         subprocess.run(cmd, check=True, capture_output=True, timeout=600, env=child_env())
         data = json.loads((Path(tmp) / "profile_export_aiperf.json").read_text())
@@ -126,6 +134,72 @@ def aiperf(exe: list[str], tokenizer: str, url: str, rate: float, count: int) ->
         "ttftP50Ms": data["time_to_first_token"]["p50"],
         "ttftP99Ms": data["time_to_first_token"]["p99"],
         "errors": errors,
+    }
+
+
+def guidellm(exe: list[str], tokenizer: str, url: str, rate: float, count: int) -> dict:
+    """GuideLLM 0.8 (`guidellm run`): Poisson profile at `rate`, `count` measured requests after 8
+    warm-up ones (max_requests counts the warm-up too), streamed /v1/completions, synthetic 32-token
+    prompts, max_tokens 64 (the zero server answers exactly that many one-token events).
+
+    Schedule lag per request = `info.timings.request_start - info.timings.targeted_start` from the
+    per-request records in its JSON (`benchmarks[0].requests.successful`), the pair behind its own
+    `request_dispatch_delay`. Why it is our `sent - scheduled`: `targeted_start` is the arrival time
+    the Poisson strategy drew for the request (AsyncPoissonStrategy.next_request_time: the shared
+    offset plus an exponential gap), given to the worker before it sleeps until then
+    (scheduler/worker.py `_process_next_graph_node`/`_schedule_request`); `request_start` is set by
+    the openai_http backend at httpx's `send_request_headers.started` trace event (backends/openai/
+    http.py `_trace_request_start`), i.e. when the request's first bytes go to the socket. Both are
+    time.time() of the same host. Taken over the measured requests (request_start at or after the
+    benchmark's start_time, which is the end of the warm-up).
+
+    Two GuideLLM 0.8.1 quirks, recorded rather than hidden: its worker processes each seed
+    random.Random(random_seed) alike, so the schedule repeats the same gaps once per worker and its
+    actual rate (scheduledRequestsPerSecond, from the targets) can stray from the nominal one on short
+    runs; and targets a worker computed before the scheduler set the Poisson offset start near -1.0
+    s (the offset's initial value; a start-up race), not a Unix time: those requests are counted in
+    badTargets and left out of the lag. TTFT is GuideLLM's own (first token - request_start).
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "guidellm.json"
+        backend = {
+            "kind": "openai_http", "target": url, "model": "zero", "request_format": "/v1/completions",
+            "stream": True, "max_tokens": OUTPUT_TOKENS, "http2": False,
+        }  # fmt: skip
+        profile = {"kind": "poisson", "rate": rate, "warmup": {"value": 8, "mode": "requests"}}
+        cmd = [
+            *exe, "run", "--backend", json.dumps(backend), "--profile", json.dumps(profile),
+            "--constraint", f"kind=max_requests,count={count + 8}",
+            "--data", f"kind=synthetic_text,prompt_tokens=32,output_tokens={OUTPUT_TOKENS}",
+            "--tokenizer", f"kind=hf_auto,model={tokenizer}", "--output", f"kind=json,path={out}",
+            "--disable-console",
+        ]  # fmt: skip
+        subprocess.run(cmd, check=True, capture_output=True, timeout=600, env=child_env())
+        bench = json.loads(out.read_text())["benchmarks"][0]
+    metrics = bench["metrics"]
+    measured = [
+        r["info"]["timings"]
+        for r in bench["requests"]["successful"]
+        if (r["info"]["timings"].get("request_start") or 0) >= bench["start_time"]
+    ]
+    good = [t for t in measured if (t.get("targeted_start") or 0) > 1e9]  # Unix times only
+    lags = [(t["request_start"] - t["targeted_start"]) * 1e3 for t in good]
+    targets = sorted(t["targeted_start"] for t in good)
+    scheduled = (len(targets) - 1) / (targets[-1] - targets[0]) if len(targets) > 1 else None
+    totals = metrics["request_totals"]
+    return {
+        "lagP50Ms": float(np.percentile(lags, 50)) if lags else None,
+        "lagP99Ms": float(np.percentile(lags, 99)) if lags else None,
+        "achievedRequestsPerSecond": metrics["requests_per_second"]["successful"]["mean"],
+        "outputTokensPerSecond": metrics["output_tokens_per_second"]["successful"]["mean"],
+        "ttftP50Ms": metrics["time_to_first_token_ms"]["successful"]["percentiles"]["p50"],
+        "ttftP99Ms": metrics["time_to_first_token_ms"]["successful"]["percentiles"]["p99"],
+        "errors": totals["errored"] + totals["incomplete"],
+        "measuredRequests": totals["successful"],
+        "lagRequests": len(lags),
+        "badTargets": len(measured) - len(good),
+        "scheduledRequestsPerSecond": scheduled,
+        "workerProcesses": bench["scheduler_state"].get("num_processes"),
     }
 
 
@@ -174,9 +248,13 @@ def summarize(results: dict[str, list[dict]]) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--aiperf", help="aiperf executable (separate venv) or command ('python3 -m aiperf')")
-    p.add_argument("--tokenizer", help="tokenizer dir for aiperf's prompts (default: a tiny one made here)")
+    p.add_argument(
+        "--aiperf-workers", default="", help="also run AIPerf with --workers-max N for each N (a,b,...)"
+    )
+    p.add_argument("--guidellm", help="guidellm executable or command ('python3 -m guidellm')")
+    p.add_argument("--tokenizer", help="tokenizer dir for the peers' prompts (default: a tiny one made here)")
     p.add_argument("--rates", default=",".join(str(r) for r in RATES))
-    p.add_argument("--tools", default="raw,aiohttp,aiperf", help="which of raw,aiohttp,aiperf to run")
+    p.add_argument("--tools", default="raw,aiohttp,aiperf,guidellm", help="which of those tools to run")
     p.add_argument("--budget-s", type=float, default=None, help="start no run once this many seconds passed")
     p.add_argument("--pin", choices=("auto", "off"), default="auto", help="auto: server on CPU 0 (>= 4 CPUs)")
     default_out = Path(os.environ["OUT"]) / "results.json" if os.environ.get("OUT") else HERE / "results.json"
@@ -208,14 +286,54 @@ def main() -> None:
         tools["accelbench (aiohttp transport)"] = lambda r, n: accelbench(url, r, n, "aiohttp")
     versions: dict[str, str | None] = {}
     scratch = tempfile.TemporaryDirectory()
+    tokenizers: list[str] = []
+
+    def tokenizer() -> str:
+        if not tokenizers:
+            tokenizers.append(args.tokenizer or make_tokenizer(Path(scratch.name) / "tiny-llama"))
+        return tokenizers[0]
+
     if args.aiperf and "aiperf" in wanted:
         exe = aiperf_command(args.aiperf)
         versions["aiperf"] = version_of(exe)
-        tokenizer = args.tokenizer or make_tokenizer(Path(scratch.name) / "tiny-llama")
-        tools["aiperf"] = lambda r, n: aiperf(exe, tokenizer, url, r, n)
+        tok = tokenizer()
+        for workers in (int(w) for w in args.aiperf_workers.split(",") if w.strip()):
+            label = f"aiperf ({workers} worker{'s' if workers > 1 else ''})"
+            tools[label] = lambda r, n, w=workers: aiperf(exe, tok, url, r, n, w)
+        tools["aiperf"] = lambda r, n: aiperf(exe, tok, url, r, n)
+    if args.guidellm and "guidellm" in wanted:
+        gexe = aiperf_command(args.guidellm)
+        versions["guidellm"] = version_of(gexe)
+        gtok = tokenizer()
+        tools["guidellm"] = lambda r, n: guidellm(gexe, gtok, url, r, n)
     time.sleep(1.0)
     results: dict[str, list[dict]] = {name: [] for name in tools}
     skipped: list[str] = []
+
+    def write_doc(partial: bool) -> dict:
+        summary = summarize(results)
+        doc = {
+            "what": "highest sustained open-loop rate, one client, zero-latency server (see summarize)",
+            "partial": partial,
+            "outputTokensPerRequest": OUTPUT_TOKENS,
+            "secondsPerRate": SECONDS_PER_RATE,
+            "machine": {
+                "cpus": os.cpu_count(),
+                "platform": platform.platform(),
+                "python": platform.python_version(),
+                "loadavg_at_end": os.getloadavg(),
+                "cpu_split": split,
+            },
+            "versions": versions,
+            "seconds": round(time.monotonic() - started, 1),
+            "skipped": skipped,
+            "summary": summary,
+            "runs": results,
+        }
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(doc, indent=1))
+        return summary
+
     try:
         for name, fn in tools.items():
             for rate in (float(x) for x in args.rates.split(",")):
@@ -235,6 +353,7 @@ def main() -> None:
                 r["sustainedAtP50"] = "failed" not in r and sustained(rate, r, "lagP50Ms")
                 results[name].append(r)
                 print(name, json.dumps(r), flush=True)
+                write_doc(partial=True)  # a run cut short still leaves what it measured
                 if (
                     not r["sustainedAtP50"]
                     and len(results[name]) >= 2
@@ -245,27 +364,7 @@ def main() -> None:
         server.terminate()
         server.wait(10)
         scratch.cleanup()
-    summary = summarize(results)
-    doc = {
-        "what": "highest sustained open-loop rate, one client process, zero-latency server (see summarize)",
-        "outputTokensPerRequest": OUTPUT_TOKENS,
-        "secondsPerRate": SECONDS_PER_RATE,
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "loadavg_at_end": os.getloadavg(),
-            "cpu_split": split,
-        },
-        "versions": versions,
-        "seconds": round(time.monotonic() - started, 1),
-        "skipped": skipped,
-        "summary": summary,
-        "runs": results,
-    }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(doc, indent=1))
-    print(json.dumps(summary, indent=1))
+    print(json.dumps(write_doc(partial=False), indent=1))
 
 
 if __name__ == "__main__":

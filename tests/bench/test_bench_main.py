@@ -82,3 +82,28 @@ def test_invalid_config_exit_code(tmp_path: Path) -> None:
 def test_server_never_ready_is_an_error(tmp_path: Path) -> None:
     env = {"ACCELBENCH_ENDPOINT": "http://127.0.0.1:9", "ACCELBENCH_HEALTH_PATH": "/health"}
     assert main(["--ready-timeout", "1"], env=env) == EXIT_ERROR
+
+
+def test_event_loop_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+    import sys
+
+    from accelbench.workers.bench.main import ConfigError, loop_factory, loop_name
+
+    assert loop_factory("asyncio") is None
+    factory = loop_factory("auto")
+    if factory is not None:  # uvloop installed (the bench extra): auto picks it
+        loop = factory()
+        try:
+            assert loop_name(loop) == "uvloop"
+        finally:
+            loop.close()
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # as if it were not installed
+    assert loop_factory("auto") is None
+    with pytest.raises(ConfigError, match="uvloop is not installed"):
+        loop_factory("uvloop")
+    loop = asyncio.new_event_loop()
+    try:
+        assert loop_name(loop) == "asyncio"
+    finally:
+        loop.close()

@@ -19,7 +19,7 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ... import __version__
@@ -87,6 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--transport", choices=["raw", "aiohttp"], default="raw", help="HTTP client for the measured requests"
+    )
+    p.add_argument(
+        "--event-loop",
+        choices=["auto", "uvloop", "asyncio"],
+        default="auto",
+        help="auto: uvloop when it is installed (fewer microseconds per network read), else asyncio's",
     )
     p.add_argument("--out", help="also write the full results JSON here")
     return p
@@ -235,7 +241,12 @@ async def run(args: argparse.Namespace, env: dict[str, str]) -> tuple[dict, Any]
     compact.price_source = source
     full = {
         "schemaVersion": RESULTS_SCHEMA_VERSION,
-        "generator": {"name": "accelbench.workers.bench", "transport": args.transport, **versions()},
+        "generator": {
+            "name": "accelbench.workers.bench",
+            "transport": args.transport,
+            "eventLoop": loop_name(asyncio.get_running_loop()),
+            **versions(),
+        },
         "resource": job.get("metadata") or {},
         "endpoint": base_url,
         "model": model,
@@ -265,6 +276,24 @@ async def run(args: argparse.Namespace, env: dict[str, str]) -> tuple[dict, Any]
     return full, compact
 
 
+def loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The event loop the client runs on (None: asyncio's default). Every send and every network
+    read goes through it, so its per-callback cost bounds the rate one process can drive."""
+    if choice == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        if choice == "uvloop":
+            raise ConfigError("--event-loop uvloop: uvloop is not installed") from None
+        return None
+    return uvloop.new_event_loop
+
+
+def loop_name(loop: asyncio.AbstractEventLoop) -> str:
+    return "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio"
+
+
 def main(argv: Sequence[str] | None = None, env: dict[str, str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     env = dict(os.environ) if env is None else env
@@ -272,7 +301,8 @@ def main(argv: Sequence[str] | None = None, env: dict[str, str] | None = None) -
     started = time.perf_counter()
     term_log = env.get("ACCELBENCH_TERMINATION_LOG")
     try:
-        full, compact = asyncio.run(run(args, env))
+        with asyncio.Runner(loop_factory=loop_factory(args.event_loop)) as runner:
+            full, compact = runner.run(run(args, env))
     except ConfigError as exc:
         log.error("%s", exc)
         write_termination_log(worker_report(None, time.perf_counter() - started, versions(), exc), term_log)
