@@ -49,10 +49,15 @@ class Case:
     model: str  # "1b" | "27b": keys of the model table (real or dry-run shapes)
     method: str  # "full" | "lora"
     seq: int
-    batch: int  # global = micro batch: no accumulation
+    batch: int  # global batch (rows per optimizer step)
     gradient_checkpointing: bool = False
     compile: bool = False  # ACCELBENCH_COMPILE=1 (torch.compile); JAX always jits
     about: str = ""
+    micro: int | None = None  # rows per forward/backward; None: = batch (no accumulation)
+
+    @property
+    def micro_batch(self) -> int:
+        return self.micro or self.batch
 
 
 # Most important first: a run cut short by --budget-s keeps the cases that matter most.
@@ -110,6 +115,27 @@ CASES: list[Case] = [
         4,
         gradient_checkpointing=True,
         about="27B-class LoRA r64, remat, batch 4",
+    ),
+    Case(
+        "1b-full-torch-compile-b16",
+        "pytorch",
+        "1b",
+        "full",
+        2048,
+        16,
+        compile=True,
+        micro=8,
+        about="1B full FT, torch.compile, 2 micro-batches of 8 per optimizer step",
+    ),
+    Case(
+        "1b-full-jax-b16",
+        "jax",
+        "1b",
+        "full",
+        2048,
+        16,
+        micro=8,
+        about="1B full FT, XLA, 2 micro-batches of 8 per optimizer step",
     ),
 ]
 
@@ -309,7 +335,7 @@ def manifest(
             "training": {
                 "seqLength": seq,
                 "globalBatchSize": case.batch,
-                "microBatchSize": case.batch,
+                "microBatchSize": case.micro_batch,
                 "maxSteps": steps,
                 "learningRate": 1e-5,
                 "schedule": "constant",
@@ -399,7 +425,8 @@ def case_row(record: dict[str, Any]) -> str:
         record["framework"],
         model,
         "full" if record["method"] == "full" else f"LoRA r{LORA_RANK}",
-        f"{record['seq']} × {record['batch']}",
+        f"{record['seq']} × {record['batch']}"
+        + (f" ({record['micro']}/fwd)" if record.get("micro") and record["micro"] != record["batch"] else ""),
         "yes" if record["gradient_checkpointing"] else "no",
         engine,
         fmt(d.get("tokens_per_second")),
@@ -430,7 +457,8 @@ def markdown(results: dict[str, Any]) -> str:
         f"{meta['machine']['memory']}, GPUs: {'; '.join(meta['machine']['gpus']) or 'none'}",
         f"- python {probe.get('python', '?')}: {versions}",
         f"- steps {meta['steps']} per case, the first {meta['warmup']} left out of tokens/s and MFU; "
-        f"data: {meta['data']}; lossOn full, bf16, micro batch = global batch",
+        f"data: {meta['data']}; lossOn full, bf16, micro batch = global batch unless the batch "
+        "column says (rows per forward/backward)",
         "",
         "| case | framework | model | method | seq × batch | grad ckpt | engine | tokens/s | MFU | "
         "step s | peak GB | compile s | setup s | ANCHORS tok/s (MFU) | status |",
