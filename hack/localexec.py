@@ -10,7 +10,9 @@ What differs from a kubelet, on purpose:
 - one container per pod (init containers and sidecars are not run);
 - env `value` and `fieldRef` are resolved; secret/configMap refs and volumes are not;
 - there is no cluster DNS: hosts under `.svc` (Services, headless pod names) resolve to 127.0.0.1,
-  and ACCELBENCH_METRICS_PORT is set to 0 so parallel workers do not fight over one port;
+  and each pod that declares a `metrics` port gets its own free local port instead (parallel workers
+  would fight over one), written to ACCELBENCH_METRICS_PORT and to the pod's `prometheus.io/port`
+  annotation, where the operator looks when it scrapes progress (a port mapping, as a runtime's);
 - the termination-message path maps to a file in the work directory;
 - pods reach the API server with the executor's kubeconfig (KUBECONFIG), not a service account.
 
@@ -26,6 +28,7 @@ import logging
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -95,10 +98,17 @@ def container_env(
             if not re.fullmatch(r"[0-9.]+", host):
                 env[key] = f"127.0.0.1{sep}{port}"
     env["ACCELBENCH_TERMINATION_LOG"] = str(termination_file)
-    env["ACCELBENCH_METRICS_PORT"] = "0"
+    env["ACCELBENCH_METRICS_PORT"] = "0"  # start() maps a declared metrics port to a free one
     env["POD_NAME"] = pod["metadata"]["name"]
     env.setdefault("POD_NAMESPACE", pod["metadata"]["namespace"])
     return env
+
+
+def free_port() -> int:
+    """A port nothing listens on now (the worker binds it a moment later: a small race, local only)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def name_of(pod: dict[str, Any]) -> str:
@@ -224,6 +234,10 @@ class Executor:
         termination_file.write_text("")
         log_file = podir / "container.log"
         env = container_env(pod, container, termination_file, self.kubeconfig)
+        if any(p.get("name") == "metrics" for p in container.get("ports") or []):
+            port = free_port()
+            env["ACCELBENCH_METRICS_PORT"] = str(port)
+            self.patch_annotations(pod, {"prometheus.io/port": str(port)})
         argv = [localize(a) for a in argv]
         if argv[0] == "python":
             argv[0] = sys.executable  # the project's environment, whatever `python` is on PATH
@@ -275,6 +289,17 @@ class Executor:
                 grace_period_seconds=0,
                 body=client.V1DeleteOptions(grace_period_seconds=0),
             )
+
+    def patch_annotations(self, pod: dict[str, Any], annotations: dict[str, str]) -> None:
+        try:
+            self.core.patch_namespaced_pod(
+                pod["metadata"]["name"],
+                pod["metadata"]["namespace"],
+                {"metadata": {"annotations": annotations}},
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                LOG.warning("annotations of %s not written: %s", name_of(pod), exc.reason)
 
     def patch_status(self, pod: dict[str, Any], status: dict[str, Any]) -> None:
         try:

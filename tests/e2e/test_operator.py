@@ -304,6 +304,23 @@ def test_failing_worker_is_retried_then_failed_with_the_reason(env: Env, tiny: d
     delete(env, "crash")
 
 
+def test_running_job_shows_live_progress_scraped_from_rank_0(env: Env, tiny: dict[str, str]) -> None:
+    """status.progress follows the worker's own metrics while it trains (real worker, real scrape)."""
+    env.apply(local_job("live", tiny, maxSteps=100_000))
+
+    def progress(at_least: int) -> dict[str, Any] | None:
+        p = env.get(FT, "live").get("status", {}).get("progress") or {}
+        return p if p.get("step", 0) >= at_least else None
+
+    first = wait_for(lambda: progress(1), timeout=180, what="status.progress")
+    assert first["totalSteps"] == 100_000 and first["loss"] > 0 and first["updatedAt"].endswith("Z")
+    later = wait_for(lambda: progress(first["step"] + 1), timeout=60, what="progress moving on")
+    assert later["step"] > first["step"] and later["updatedAt"] >= first["updatedAt"]
+    pod = next(p for p in pods_of(env, "live") if p.status.phase == "Running")
+    assert pod.metadata.annotations["prometheus.io/scrape"] == "true"
+    delete(env, "live")
+
+
 def test_deleting_the_resource_removes_its_children(env: Env) -> None:
     env.apply(finetune("to-delete", {"type": "h100", "count": 1}))
     wait_for(lambda: job_of(env, "to-delete"), what="train Job")

@@ -86,11 +86,14 @@ class Children(ApiModel):
 
 
 class Progress(ApiModel):
+    """Rank 0's live figures, scraped by the operator from the worker's metrics while it runs."""
+
     step: int | None = None
     total_steps: int | None = None
     loss: float | None = None
     tokens_per_second: float | None = None
-    updated_at: str | None = None
+    mfu: float | None = None
+    updated_at: str | None = Field(default=None, description="When the operator read them (UTC).")
 
 
 class Cost(ApiModel):

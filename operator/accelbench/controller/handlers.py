@@ -48,6 +48,7 @@ from .conditions import (
 )
 from .kube import Kube, api_error_message, load_config
 from .metrics import METRICS, Metrics
+from .progress import read_progress, same_progress
 from .reconcile import client_to_resume, observe_resource, server_admitted, server_to_stop
 from .status import Price, applied_status, invalid_spec_status, is_terminal, spec_invalid, status_patch
 
@@ -388,6 +389,10 @@ def observe_children(
             outcome = "changed"
             for type_, reason, message in update.events:
                 kopf.event(body, type=type_, reason=reason, message=message[:1024])
+        if kind == "FinetuneJob" and status.get("phase") == "Running":
+            progress = read_progress(pods, datetime.now(UTC))
+            if progress is not None and not same_progress(progress, status.get("progress")):
+                patch.status["progress"] = progress
         client = client_to_resume(dict(body.get("spec") or {}), status, jobs)
         if client is not None:
             # Kueue admitted the server: the client (unqueued) starts now, through the same render.

@@ -144,7 +144,12 @@ def build_worker_pod_template(job: FinetuneJob, plan: Plan, spec: AcceleratorSpe
     accel.place_on_accelerator(pod, spec, plan, job.spec.accelerator, job.spec.scheduling)
     if volumes:
         pod["volumes"] = volumes
-    return {"metadata": {"labels": labels(job.kind, name, Role.TRAIN, plan.accelerator)}, "spec": pod}
+    # Where rank 0's live metrics are: the operator scrapes them into status.progress, and
+    # annotation-based Prometheus set-ups find them the same way.
+    annotations = {"prometheus.io/scrape": "true", "prometheus.io/port": str(METRICS_PORT)}
+    annotations["prometheus.io/path"] = "/metrics"
+    metadata = {"labels": labels(job.kind, name, Role.TRAIN, plan.accelerator), "annotations": annotations}
+    return {"metadata": metadata, "spec": pod}
 
 
 def build_train_job(job: FinetuneJob, plan: Plan, spec: AcceleratorSpec) -> dict[str, Any]:

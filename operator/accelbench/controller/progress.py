@@ -1,0 +1,125 @@
+"""Live progress of a running FinetuneJob: the operator scrapes rank 0's metrics into status.progress.
+
+The worker serves Prometheus gauges (workers/metrics.py: accelbench_worker_step, _total_steps,
+_loss, _tokens_per_second, _mfu). On its observe timer the operator finds the running pod of
+completion index 0, reads its /metrics with a short timeout, and writes the figures with the time
+it read them. A pod that does not answer, or answers garbage, leaves status.progress as it was:
+progress is a convenience, never a reason for a condition or an error.
+
+Where to connect: the pod IP and the port of the annotation `prometheus.io/port` (the renderer sets
+it to the container's `metrics` port, the convention annotation-based Prometheus set-ups read),
+else the container port named `metrics`. A local executor that maps ports, as hack/localexec.py
+does, rewrites the annotation on the pods it runs.
+"""
+
+from __future__ import annotations
+
+import math
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from .observe import completion_index
+
+PORT_ANNOTATION = "prometheus.io/port"
+PATH_ANNOTATION = "prometheus.io/path"
+METRICS_PORT_NAME = "metrics"
+SCRAPE_TIMEOUT_SECONDS = 2.0
+MAX_BYTES = 1 << 20  # a metrics page of ours is < 4 KiB; anything far larger is not ours
+
+# gauge -> status.progress field (wire names)
+GAUGES: dict[str, str] = {
+    "accelbench_worker_step": "step",
+    "accelbench_worker_total_steps": "totalSteps",
+    "accelbench_worker_loss": "loss",
+    "accelbench_worker_tokens_per_second": "tokensPerSecond",
+    "accelbench_worker_mfu": "mfu",
+}
+INTEGER_FIELDS = frozenset({"step", "totalSteps"})
+
+
+def metrics_url(pods: Iterable[Mapping[str, Any]]) -> str | None:
+    """http://<pod IP>:<port><path> of the running rank-0 pod, or None when there is none yet."""
+    for pod in pods:
+        status = pod.get("status") or {}
+        if status.get("phase") != "Running" or not status.get("podIP"):
+            continue
+        if completion_index(pod) not in (0, None):
+            continue
+        meta = pod.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            continue
+        port = _port_of(pod)
+        if port is None:
+            continue
+        path = (meta.get("annotations") or {}).get(PATH_ANNOTATION) or "/metrics"
+        host = status["podIP"]
+        host = f"[{host}]" if ":" in host else host  # IPv6
+        return f"http://{host}:{port}{path if path.startswith('/') else '/' + path}"
+    return None
+
+
+def _port_of(pod: Mapping[str, Any]) -> int | None:
+    annotated = ((pod.get("metadata") or {}).get("annotations") or {}).get(PORT_ANNOTATION)
+    if annotated is not None:
+        try:
+            port = int(annotated)
+        except ValueError:
+            return None
+        return port if 0 < port < 65536 else None
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        for port in container.get("ports") or []:
+            if port.get("name") == METRICS_PORT_NAME and port.get("containerPort"):
+                return int(port["containerPort"])
+    return None
+
+
+def parse_progress(text: str, now: datetime) -> dict[str, Any] | None:
+    """status.progress from a Prometheus text page; None when it holds none of our gauges or is
+    not a metrics page at all (never raises)."""
+    found: dict[str, Any] = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            field = GAUGES.get(family.name)
+            if field is None:
+                continue
+            for sample in family.samples:
+                if sample.name == family.name and math.isfinite(sample.value):
+                    found[field] = int(sample.value) if field in INTEGER_FIELDS else float(sample.value)
+    except (ValueError, TypeError, IndexError):
+        return None
+    if "step" not in found:
+        return None
+    found["updatedAt"] = now.isoformat().replace("+00:00", "Z")
+    return found
+
+
+def scrape(url: str, timeout: float = SCRAPE_TIMEOUT_SECONDS) -> str | None:
+    """The page's text, or None on any network or HTTP failure."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            if resp.status != 200:
+                return None
+            return resp.read(MAX_BYTES).decode("utf-8", errors="replace")
+    except (OSError, ValueError, urllib.error.URLError):
+        return None
+
+
+def same_progress(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool:
+    """Equal apart from the time of reading: no status write when nothing moved."""
+
+    def strip(p: Mapping[str, Any] | None) -> dict[str, Any]:
+        return {k: v for k, v in (p or {}).items() if k != "updatedAt"}
+
+    return strip(a) == strip(b)
+
+
+def read_progress(pods: Iterable[Mapping[str, Any]], now: datetime) -> dict[str, Any] | None:
+    """Scrape rank 0 (I/O, bounded by SCRAPE_TIMEOUT_SECONDS); None when nothing usable came back."""
+    url = metrics_url(pods)
+    text = scrape(url) if url is not None else None
+    return parse_progress(text, now) if text is not None else None
