@@ -379,6 +379,10 @@ def test_quickstart_inference_bench_serves_measures_and_stops_the_server(
     results = obj["status"]["results"]
     assert results["cells"] and all(c["ttftP50Ms"] > 0 for c in results["cells"])
     assert results["peakOutputTokensPerSecond"] > 0
+    # Scraped from the client while it ran (it serves its gauges from the start, server loading
+    # included, so at least "0 of N cells" is seen); the last reading may trail the end.
+    progress = obj["status"]["progress"]
+    assert progress["totalSteps"] >= 2 and 0 <= progress["step"] <= progress["totalSteps"]
     data = env.core.read_namespaced_config_map("quick-bench-results", "default").data or {}
     assert "results.json" in data  # the full per-cell JSON, written by the client
     wait_for(

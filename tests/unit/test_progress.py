@@ -81,3 +81,23 @@ def test_scrape_a_real_metrics_server_and_a_dead_port() -> None:
         dead = s.getsockname()[1]
     assert scrape(f"http://127.0.0.1:{dead}/metrics", timeout=1.0) is None
     assert read_progress([pod(0, ip="127.0.0.1", annotations={"prometheus.io/port": str(dead)})], NOW) is None
+
+
+def test_only_the_reporting_role_is_scraped() -> None:
+    server = pod(0, ip="10.0.0.1", labels={"accelbench.io/role": "server"})
+    client = pod(None, ip="10.0.0.2", labels={"accelbench.io/role": "client"})
+    assert metrics_url([server, client], "client") == "http://10.0.0.2:9090/metrics"
+    assert metrics_url([server], "client") is None
+
+
+def test_bench_gauges_count_cells_and_search_levels() -> None:
+    from prometheus_client import generate_latest
+
+    from accelbench.workers.metrics import BenchMetrics
+
+    bench = BenchMetrics(planned_cells=3)
+    assert parse_progress(generate_latest(bench.registry).decode(), NOW)["totalSteps"] == 3
+    bench.on_cell({"phase": "sweep", "outputTokensPerSecond": 120.0})
+    bench.on_cell({"phase": "search", "outputTokensPerSecond": 200.5})
+    got = parse_progress(generate_latest(bench.registry).decode(), NOW)
+    assert got == {"step": 2, "totalSteps": 4, "tokensPerSecond": 200.5, "updatedAt": "2026-12-02T21:00:00Z"}

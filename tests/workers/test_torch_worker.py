@@ -187,3 +187,15 @@ def test_hybrid_attention_gives_the_sdpa_logits(
             ce, n = masked_ce_sum(model.eval(), batch, model.config, attn, cpu)
         losses.append(ce.item() / n.item())
     assert losses[1] == pytest.approx(losses[0], rel=1e-5)
+
+
+def test_hybrid_attention_refuses_what_it_does_not_implement() -> None:
+    from accelbench.workers.finetune import torch_attention
+
+    q = torch.zeros(1, 2, 4, 8)
+    with pytest.raises(ValueError, match="s_aux"):
+        torch_attention.attention_forward(torch.nn.Module(), q, q, q, None, s_aux=torch.zeros(2))
+    with pytest.raises(ValueError, match="dropout"):
+        torch_attention.attention_forward(torch.nn.Module(), q, q, q, None, dropout=0.1)
+    out, weights = torch_attention.attention_forward(torch.nn.Module(), q, q, q, None, s_aux=None)
+    assert out.shape == (1, 4, 2, 8) and weights is None  # [B, T, H, D], as transformers expects

@@ -1,10 +1,12 @@
-"""Live progress of a running FinetuneJob: the operator scrapes rank 0's metrics into status.progress.
+"""Live progress: the operator scrapes a running worker's metrics into status.progress.
 
-The worker serves Prometheus gauges (workers/metrics.py: accelbench_worker_step, _total_steps,
-_loss, _tokens_per_second, _mfu). On its observe timer the operator finds the running pod of
-completion index 0, reads its /metrics with a short timeout, and writes the figures with the time
-it read them. A pod that does not answer, or answers garbage, leaves status.progress as it was:
-progress is a convenience, never a reason for a condition or an error.
+The fine-tuning worker serves Prometheus gauges (workers/metrics.py: accelbench_worker_step,
+_total_steps, _loss, _tokens_per_second, _mfu); the bench client serves step = cells measured,
+totalSteps = cells planned, tokensPerSecond = the last cell's output tokens/s. On its observe
+timer the operator finds the running pod of completion index 0 (of the role that reports),
+reads its /metrics with a short timeout, and writes the figures with the time it read them.
+A pod that does not answer, or answers garbage, leaves status.progress as it was: progress is a
+convenience, never a reason for a condition or an error.
 
 Where to connect: the pod IP and the port of the annotation `prometheus.io/port` (the renderer sets
 it to the container's `metrics` port, the convention annotation-based Prometheus set-ups read),
@@ -42,9 +44,17 @@ GAUGES: dict[str, str] = {
 INTEGER_FIELDS = frozenset({"step", "totalSteps"})
 
 
-def metrics_url(pods: Iterable[Mapping[str, Any]]) -> str | None:
-    """http://<pod IP>:<port><path> of the running rank-0 pod, or None when there is none yet."""
+ROLE_LABEL = "accelbench.io/role"
+# Whose metrics tell the progress: rank 0 of the training Job; the load generator of a bench.
+PROGRESS_ROLE = {"FinetuneJob": "train", "InferenceBench": "client"}
+
+
+def metrics_url(pods: Iterable[Mapping[str, Any]], role: str | None = None) -> str | None:
+    """http://<pod IP>:<port><path> of the running rank-0 pod (of `role`), or None when there is
+    none yet."""
     for pod in pods:
+        if role is not None and ((pod.get("metadata") or {}).get("labels") or {}).get(ROLE_LABEL) != role:
+            continue
         status = pod.get("status") or {}
         if status.get("phase") != "Running" or not status.get("podIP"):
             continue
@@ -118,8 +128,10 @@ def same_progress(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> b
     return strip(a) == strip(b)
 
 
-def read_progress(pods: Iterable[Mapping[str, Any]], now: datetime) -> dict[str, Any] | None:
+def read_progress(
+    pods: Iterable[Mapping[str, Any]], now: datetime, role: str | None = None
+) -> dict[str, Any] | None:
     """Scrape rank 0 (I/O, bounded by SCRAPE_TIMEOUT_SECONDS); None when nothing usable came back."""
-    url = metrics_url(pods)
+    url = metrics_url(pods, role)
     text = scrape(url) if url is not None else None
     return parse_progress(text, now) if text is not None else None

@@ -37,7 +37,7 @@ from ..catalog.types import AcceleratorSpec, Catalog
 from ..plan.types import Plan
 from . import accelerator as accel
 from .errors import RenderError
-from .meta import build_metadata
+from .meta import METRICS_PORT, build_metadata, metrics_annotations, metrics_port_entry
 from .names import Role, labels, selector_labels, train_job_name, train_service_name
 from .payload import JOB_ENV, job_payload_json
 from .storage import ClaimUse, build_claim_volumes
@@ -59,7 +59,6 @@ EXIT_INVALID_CONFIG = 3
 
 WORKER_CONTAINER = "worker"
 WORKER_MODULE = "accelbench.workers.finetune"
-METRICS_PORT = 9090
 PVC_ROOT = "/mnt/pvc"
 JAX_COORDINATOR_PORT = 8476
 TORCH_MASTER_PORT = 29500
@@ -119,7 +118,7 @@ def build_worker_container(job: FinetuneJob, plan: Plan, spec: AcceleratorSpec) 
     container = container_base(WORKER_CONTAINER, worker_image(job, plan, spec))
     container["command"] = ["python", "-m", WORKER_MODULE]
     container["env"] = build_worker_env(job, plan)
-    container["ports"] = [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}]
+    container["ports"] = [metrics_port_entry()]
     resources = accel.merge_resources(accel.build_device_resources(spec, plan), job.spec.resources)
     if resources:
         container["resources"] = resources
@@ -144,11 +143,9 @@ def build_worker_pod_template(job: FinetuneJob, plan: Plan, spec: AcceleratorSpe
     accel.place_on_accelerator(pod, spec, plan, job.spec.accelerator, job.spec.scheduling)
     if volumes:
         pod["volumes"] = volumes
-    # Where rank 0's live metrics are: the operator scrapes them into status.progress, and
-    # annotation-based Prometheus set-ups find them the same way.
-    annotations = {"prometheus.io/scrape": "true", "prometheus.io/port": str(METRICS_PORT)}
-    annotations["prometheus.io/path"] = "/metrics"
-    metadata = {"labels": labels(job.kind, name, Role.TRAIN, plan.accelerator), "annotations": annotations}
+    # Where rank 0's live metrics are (status.progress; see meta.metrics_annotations).
+    labels_ = labels(job.kind, name, Role.TRAIN, plan.accelerator)
+    metadata = {"labels": labels_, "annotations": metrics_annotations()}
     return {"metadata": metadata, "spec": pod}
 
 

@@ -42,7 +42,7 @@ from ..plan.types import Plan
 from . import accelerator as accel
 from .errors import RenderError
 from .finetune import EXIT_INVALID_CONFIG
-from .meta import build_metadata, namespace_of
+from .meta import METRICS_PORT, build_metadata, metrics_annotations, metrics_port_entry, namespace_of
 from .names import (
     Role,
     client_job_name,
@@ -363,6 +363,7 @@ def build_client_env(bench: InferenceBench, plan: Plan) -> list[dict[str, Any]]:
         env_value("ACCELBENCH_RESULTS_CONFIGMAP", results_config_map_name(bench.metadata.name)),
         env_field("POD_NAMESPACE", "metadata.namespace"),
         env_value("ACCELBENCH_TERMINATION_LOG", TERMINATION_LOG),
+        env_value("ACCELBENCH_METRICS_PORT", METRICS_PORT),  # cells done, for status.progress
     ]
     if is_local_path(bench.spec.model.uri):
         # Engines without /tokenize (transformers serve) need the tokenizer for exact input
@@ -390,6 +391,7 @@ def build_client_job(
     container = container_base(CLIENT_CONTAINER, client_image(bench, catalog, spec))
     container["command"] = ["python", "-m", CLIENT_MODULE]
     container["env"] = build_client_env(bench, plan)
+    container["ports"] = [metrics_port_entry()]
     container["resources"] = {part: dict(values) for part, values in CLIENT_RESOURCES.items()}
     container["securityContext"] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
     pod = {
@@ -413,7 +415,8 @@ def build_client_job(
     )
     pod_labels = labels(bench.kind, name, Role.CLIENT, plan.accelerator)
     metadata = build_metadata(bench, client_job_name(name), pod_labels)
-    return build_job(metadata, shape, bench.spec, {"metadata": {"labels": pod_labels}, "spec": pod})
+    template = {"metadata": {"labels": pod_labels, "annotations": metrics_annotations()}, "spec": pod}
+    return build_job(metadata, shape, bench.spec, template)
 
 
 def build_results_config_map(bench: InferenceBench, plan: Plan) -> dict[str, Any]:

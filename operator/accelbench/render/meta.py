@@ -41,3 +41,17 @@ def build_metadata(resource: Resource, name: str, labels: dict[str, str]) -> dic
     if owners:
         meta["ownerReferences"] = owners
     return meta
+
+
+# The port a worker serves its Prometheus gauges on (container port named `metrics`), and the
+# annotations that say so: the operator scrapes them into status.progress, and annotation-based
+# Prometheus set-ups find the same gauges.
+METRICS_PORT = 9090
+
+
+def metrics_annotations(port: int = METRICS_PORT) -> dict[str, str]:
+    return {"prometheus.io/scrape": "true", "prometheus.io/port": str(port), "prometheus.io/path": "/metrics"}
+
+
+def metrics_port_entry(port: int = METRICS_PORT) -> dict[str, Any]:
+    return {"name": "metrics", "containerPort": port, "protocol": "TCP"}

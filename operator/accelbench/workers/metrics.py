@@ -50,10 +50,39 @@ class WorkerMetrics:
         self.eval_loss.set(eval_loss)
 
 
+class BenchMetrics:
+    """The load generator's progress under the same gauge names (status.progress reads them)."""
+
+    def __init__(self, planned_cells: int, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self.step = Gauge(
+            "accelbench_worker_step", "Cells measured (sweep and search).", registry=self.registry
+        )
+        self.total_steps = Gauge(
+            "accelbench_worker_total_steps",
+            "Cells planned: the sweep's, plus the capacity search's measured so far.",
+            registry=self.registry,
+        )
+        self.tokens_per_second = Gauge(
+            "accelbench_worker_tokens_per_second",
+            "Output tokens per second of the last cell.",
+            registry=self.registry,
+        )
+        self._planned, self._done, self._searched = planned_cells, 0, 0
+        self.total_steps.set(planned_cells)
+
+    def on_cell(self, cell: Mapping[str, Any]) -> None:
+        self._done += 1
+        self._searched += cell.get("phase") == "search"
+        self.step.set(self._done)
+        self.total_steps.set(self._planned + self._searched)
+        self.tokens_per_second.set(float(cell.get("outputTokensPerSecond") or 0.0))
+
+
 class MetricsServer:
     """An HTTP server on a daemon thread: /metrics (Prometheus text) and /healthz."""
 
-    def __init__(self, metrics: WorkerMetrics, port: int = 0, host: str = "0.0.0.0") -> None:
+    def __init__(self, metrics: WorkerMetrics | BenchMetrics, port: int = 0, host: str = "0.0.0.0") -> None:
         registry = metrics.registry
 
         class Handler(BaseHTTPRequestHandler):
@@ -97,7 +126,7 @@ def metrics_port(env: Mapping[str, str] | None = None) -> int | None:
     return int(value)
 
 
-def start_metrics_server(port: int, metrics: WorkerMetrics | None = None) -> MetricsServer:
+def start_metrics_server(port: int, metrics: WorkerMetrics | BenchMetrics | None = None) -> MetricsServer:
     server = MetricsServer(metrics or WorkerMetrics(), port).start()
     log.info("metrics on port %d", server.port)
     return server

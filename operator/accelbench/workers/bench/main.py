@@ -24,6 +24,7 @@ from typing import Any
 
 from ... import __version__
 from ...api.inference import InferenceBenchSpec, RequestApi, Slo, Workload
+from ..metrics import BenchMetrics, metrics_port, start_metrics_server
 from .client import discover_model, make_session, probe, wait_ready
 from .prompts import ApproxTokenizer, LocalTokenizer, PromptFactory, Tokenizer, probe_server_tokenizer
 from .results import (
@@ -206,6 +207,27 @@ def versions() -> dict[str, str]:
 async def run(args: argparse.Namespace, env: dict[str, str]) -> tuple[dict, Any]:
     job = load_job(args, env)
     workload, slo, search = resolve_workload(job, args)
+    # Progress gauges from the start, so "0 of N cells" shows while the server is still loading.
+    planned = len(workload.input_lengths) * (len(workload.concurrency) + len(workload.request_rates))
+    progress = BenchMetrics(planned)
+    port = metrics_port(env)
+    server = start_metrics_server(port, progress) if port is not None else None
+    try:
+        return await measure(args, env, job, workload, slo, search, progress)
+    finally:
+        if server is not None:
+            server.stop()
+
+
+async def measure(
+    args: argparse.Namespace,
+    env: dict[str, str],
+    job: dict[str, Any],
+    workload: Workload,
+    slo: Slo | None,
+    search: bool,
+    progress: BenchMetrics,
+) -> tuple[dict, Any]:
     base_url = (args.endpoint or env.get("ACCELBENCH_ENDPOINT") or "").rstrip("/")
     if not base_url:
         raise ConfigError("no endpoint: set ACCELBENCH_ENDPOINT or --endpoint")
@@ -234,7 +256,8 @@ async def run(args: argparse.Namespace, env: dict[str, str]) -> tuple[dict, Any]
         )
         ignore_eos = await supports_ignore_eos(session, settings)
         settings.ignore_eos = ignore_eos
-        sweep = await run_sweep(Runner(settings, prompts), workload, slo, search, args.max_concurrency)
+        runner = Runner(settings, prompts)
+        sweep = await run_sweep(runner, workload, slo, search, args.max_concurrency, progress.on_cell)
     dollars, chips, source = pricing(job, args)
     hourly = dollars * chips if dollars is not None else None
     compact = bench_results(sweep.cells, sweep.capacity, hourly, ready.seconds)

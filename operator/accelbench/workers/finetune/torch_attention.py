@@ -29,6 +29,11 @@ from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex
 NAME = "accelbench_hybrid"  # no "flash" in it: transformers takes such names for flash kernels
 
 
+# Arguments some model families pass that change the attention's result (sinks, relative position
+# biases, head masks): this implementation has none of them.
+UNSUPPORTED_KWARGS = ("s_aux", "sinks", "position_bias", "head_mask", "attention_bias")
+
+
 def register() -> str:
     """Make NAME a valid attn_implementation for transformers (idempotent)."""
     from transformers import AttentionInterface
@@ -63,6 +68,9 @@ def attention_forward(
     """transformers' attention signature; returns [B, T, H, D] as the other implementations do."""
     if dropout:
         raise ValueError(f"{NAME} has no attention dropout; set attention_dropout to 0 in the config")
+    unsupported = sorted(k for k in UNSUPPORTED_KWARGS if kwargs.get(k) is not None)
+    if unsupported:  # they change the math: refuse rather than silently compute something else
+        raise ValueError(f"{NAME} does not implement {unsupported}; set ACCELBENCH_TORCH_ATTENTION=sdpa")
     gqa = key.shape[1] != query.shape[1]
     if attention_mask is None and sliding_window is None and softcap is None:
         out = F.scaled_dot_product_attention(query, key, value, is_causal=True, scale=scaling, enable_gqa=gqa)
