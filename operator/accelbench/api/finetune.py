@@ -112,7 +112,14 @@ class Training(ApiModel):
     packing: bool = True
     precision: Precision = Precision.BF16
     seed: int = 0
-    flash_attention: bool = True
+    flash_attention: bool = Field(
+        default=True,
+        description=(
+            "PyTorch on CUDA: flash_attn's kernels when installed, else flash (SDPA is_causal) for causal "
+            "layers and FlexAttention for sliding-window layers and packed rows. Off, or on other devices: "
+            "SDPA with dense masks. The JAX worker ignores it (cuDNN on GPU, XLA elsewhere)."
+        ),
+    )
     gradient_checkpointing: bool = False
     eval_every_steps: int | None = Field(default=None, ge=1)
 

@@ -5,7 +5,9 @@ JAX path compute the same number on the same batch. Packed rows get an explicit 
 mask (sliding-window variant for Gemma's local layers) when a micro-batch holds more than one segment
 per row; rows with a single segment need only plain causal attention (padding trails, see data.py),
 which keeps SDPA on its fast is_causal kernels. With flash_attention_2 no mask is passed: transformers
-reads segment starts from the restarting position ids and runs varlen flash attention.
+reads segment starts from the restarting position ids and runs varlen flash attention. On CUDA
+without flash_attn, torch_attention.py (flash for causal layers, FlexAttention block masks for
+windows and packed rows) is the flashAttention default; see choose_attention.
 """
 
 from __future__ import annotations
