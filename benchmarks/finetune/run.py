@@ -117,6 +117,17 @@ CASES: list[Case] = [
         about="27B-class LoRA r64, remat, batch 4",
     ),
     Case(
+        "27b-lora-b1-torch-compile",
+        "pytorch",
+        "27b",
+        "lora",
+        3072,
+        1,
+        gradient_checkpointing=True,
+        compile=True,
+        about="27B-class LoRA r64, grad ckpt, torch.compile (not yet run on the H200)",
+    ),
+    Case(
         "1b-full-torch-compile-b16",
         "pytorch",
         "1b",
