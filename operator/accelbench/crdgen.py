@@ -112,6 +112,8 @@ def _add_catalog_rules(spec_schema: dict[str, Any], catalog: Catalog) -> None:
 _FINETUNE_COLUMNS = [
     {"name": "Accelerator", "type": "string", "jsonPath": ".status.accelerator"},
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    # Live, from status.progress (the operator scrapes rank 0 while it runs).
+    {"name": "Step", "type": "integer", "jsonPath": ".status.progress.step"},
     {"name": "Tokens/s", "type": "number", "jsonPath": ".status.results.tokensPerSecond"},
     {"name": "MFU", "type": "number", "jsonPath": ".status.results.mfu"},
     {"name": "Cost $", "type": "number", "jsonPath": ".status.cost.dollars"},
@@ -127,6 +129,7 @@ _FINETUNE_COLUMNS = [
 _BENCH_COLUMNS = [
     {"name": "Accelerator", "type": "string", "jsonPath": ".status.accelerator"},
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    {"name": "Cells", "type": "integer", "jsonPath": ".status.progress.step"},  # measured so far
     {"name": "Capacity", "type": "integer", "jsonPath": ".status.results.capacityConcurrency"},
     {"name": "Peak tok/s", "type": "number", "jsonPath": ".status.results.peakOutputTokensPerSecond"},
     {"name": "$/1M tok", "type": "number", "jsonPath": ".status.results.dollarsPerMillionTokensAtCapacity"},

@@ -318,6 +318,9 @@ def test_running_job_shows_live_progress_scraped_from_rank_0(env: Env, tiny: dic
     assert later["step"] > first["step"] and later["updatedAt"] >= first["updatedAt"]
     pod = next(p for p in pods_of(env, "live") if p.status.phase == "Running")
     assert pod.metadata.annotations["prometheus.io/scrape"] == "true"
+    header, row = env.kubectl("get", "finetunejobs", "live").stdout.splitlines()[:2]
+    at = header.index("STEP")  # kubectl aligns columns (values may hold spaces: "cpu x1")
+    assert int(row[at:].split()[0]) >= later["step"]  # kubectl shows the live step
     delete(env, "live")
 
 

@@ -64,4 +64,4 @@ def test_names_printer_columns_and_status_subresource() -> None:
     version = crd["spec"]["versions"][0]
     assert version["subresources"] == {"status": {}}
     columns = {c["name"] for c in version["additionalPrinterColumns"]}
-    assert {"Accelerator", "Phase", "Tokens/s", "Cost $", "Age"} <= columns
+    assert {"Accelerator", "Phase", "Step", "Tokens/s", "Cost $", "Age"} <= columns
