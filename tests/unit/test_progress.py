@@ -101,3 +101,22 @@ def test_bench_gauges_count_cells_and_search_levels() -> None:
     bench.on_cell({"phase": "search", "outputTokensPerSecond": 200.5})
     got = parse_progress(generate_latest(bench.registry).decode(), NOW)
     assert got == {"step": 2, "totalSteps": 4, "tokensPerSecond": 200.5, "updatedAt": "2026-12-02T21:00:00Z"}
+
+
+def test_final_progress_comes_from_the_results() -> None:
+    from accelbench.controller.progress import final_progress
+
+    done = "2026-12-02T21:30:00Z"
+    finetune = {"completionTime": done, "results": {"steps": 20, "finalLoss": 5.9, "tokensPerSecond": 397.5}}
+    assert final_progress("FinetuneJob", finetune) == {
+        "step": 20,
+        "totalSteps": 20,
+        "loss": 5.9,
+        "tokensPerSecond": 397.5,
+        "updatedAt": done,
+    }
+    cells = [{"outputTokensPerSecond": 100.0}, {"outputTokensPerSecond": 180.0}]
+    bench = final_progress("InferenceBench", {"results": {"cells": cells}})
+    assert bench == {"step": 2, "totalSteps": 2, "tokensPerSecond": 180.0}
+    assert final_progress("FinetuneJob", {"results": {}}) is None
+    assert final_progress("InferenceBench", {}) is None

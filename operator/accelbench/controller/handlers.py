@@ -48,7 +48,7 @@ from .conditions import (
 )
 from .kube import Kube, api_error_message, load_config
 from .metrics import METRICS, Metrics
-from .progress import PROGRESS_ROLE, read_progress, same_progress
+from .progress import PROGRESS_ROLE, final_progress, read_progress, same_progress
 from .reconcile import client_to_resume, observe_resource, server_admitted, server_to_stop
 from .status import Price, applied_status, invalid_spec_status, is_terminal, spec_invalid, status_patch
 
@@ -389,10 +389,14 @@ def observe_children(
             outcome = "changed"
             for type_, reason, message in update.events:
                 kopf.event(body, type=type_, reason=reason, message=message[:1024])
-        if kind in PROGRESS_ROLE and status.get("phase") == "Running":
+        phase = status.get("phase")
+        progress = None
+        if kind in PROGRESS_ROLE and phase == "Running":
             progress = read_progress(pods, datetime.now(UTC), PROGRESS_ROLE[kind])
-            if progress is not None and not same_progress(progress, status.get("progress")):
-                patch.status["progress"] = progress
+        elif phase == "Succeeded":
+            progress = final_progress(kind, status)
+        if progress is not None and not same_progress(progress, status.get("progress")):
+            patch.status["progress"] = progress
         client = client_to_resume(dict(body.get("spec") or {}), status, jobs)
         if client is not None:
             # Kueue admitted the server: the client (unqueued) starts now, through the same render.

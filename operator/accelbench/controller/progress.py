@@ -135,3 +135,31 @@ def read_progress(
     url = metrics_url(pods, role)
     text = scrape(url) if url is not None else None
     return parse_progress(text, now) if text is not None else None
+
+
+def final_progress(kind: str, status: Mapping[str, Any]) -> dict[str, Any] | None:
+    """status.progress of a Succeeded run, from its results (exact, unlike the last scrape, which
+    may predate the last steps); None when the results say too little."""
+    results = status.get("results") or {}
+    done_at = status.get("completionTime")
+    if kind == "FinetuneJob" and results.get("steps"):
+        progress = {
+            "step": int(results["steps"]),
+            "totalSteps": int(results["steps"]),
+            "loss": results.get("finalLoss"),
+            "tokensPerSecond": results.get("tokensPerSecond"),
+            "mfu": results.get("mfu"),
+        }
+    elif kind == "InferenceBench" and results.get("cells"):
+        cells = results["cells"]
+        progress = {
+            "step": len(cells),
+            "totalSteps": len(cells),
+            "tokensPerSecond": cells[-1].get("outputTokensPerSecond"),
+        }
+    else:
+        return None
+    progress = {k: v for k, v in progress.items() if v is not None}
+    if done_at:
+        progress["updatedAt"] = done_at
+    return progress
