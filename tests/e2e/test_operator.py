@@ -206,12 +206,11 @@ def test_quickstart_runs_the_real_worker_and_reports_throughput_and_cost(
     assert results["finalLoss"] is not None
     assert obj["status"]["cost"]["hours"] > 0
     assert condition(obj, "ResultValid")["status"] == "True"
-    final = wait_for(
-        lambda: (env.get(FT, "quick")["status"].get("progress") or {}).get("step") == 6 and True,
+    wait_for(  # exact once finished (from the results), whatever the last scrape had seen
+        lambda: (env.get(FT, "quick")["status"].get("progress") or {}).get("step") == 6,
         timeout=30,
-        what="status.progress at the last step once finished",
+        what="status.progress at the last step",
     )
-    assert final
     table = env.kubectl("get", "finetunejobs", "quick").stdout
     header, row = table.splitlines()[:2]
     assert "TOKENS/S" in header and "COST $" in header
