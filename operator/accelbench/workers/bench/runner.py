@@ -59,7 +59,8 @@ def collector_paused() -> Iterator[None]:
     A full collection walks every tracked object (the cell's records and event lists among them)
     and stops the one thread that sends and reads everything: milliseconds of schedule lag at high
     rates. Reference counting still frees almost everything at once; the few reference cycles a
-    cell makes (asyncio tasks, exceptions) wait for the collection after it."""
+    cell makes wait for the collection after it (measured: none for refused connections, under one
+    object per timed-out request)."""
     enabled = gc.isenabled()
     gc.collect()
     gc.disable()
