@@ -199,3 +199,26 @@ def test_hybrid_attention_refuses_what_it_does_not_implement() -> None:
         torch_attention.attention_forward(torch.nn.Module(), q, q, q, None, dropout=0.1)
     out, weights = torch_attention.attention_forward(torch.nn.Module(), q, q, q, None, s_aux=None)
     assert out.shape == (1, 4, 2, 8) and weights is None  # [B, T, H, D], as transformers expects
+
+
+def test_generation_switches_the_hybrid_attention_to_sdpa(tiny_models) -> None:
+    """pass@k decodes through a KV cache and left padding: SDPA's job. Under generation_attention
+    the model trained with the hybrid attention generates what an SDPA model generates, and gets its
+    attention back afterwards; without it the hybrid refuses the cache instead of computing wrong."""
+    from accelbench.workers.finetune import torch_attention
+
+    name = torch_attention.register()
+    ids = torch.tensor([[0, 0, 5, 6, 7], [3, 4, 5, 6, 7]])
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+    kwargs = {"max_new_tokens": 4, "do_sample": False, "pad_token_id": 0}
+    reference = AutoModelForCausalLM.from_pretrained(tiny_models["gemma3"], attn_implementation="sdpa").eval()
+    model = AutoModelForCausalLM.from_pretrained(tiny_models["gemma3"], attn_implementation=name).eval()
+    with torch.no_grad():
+        expected = reference.generate(input_ids=ids, attention_mask=mask, **kwargs)
+        with torch_attention.generation_attention(model):
+            assert model.config._attn_implementation == "sdpa"
+            got = model.generate(input_ids=ids, attention_mask=mask, **kwargs)
+        assert model.config._attn_implementation == name
+        assert torch.equal(got, expected)
+        with pytest.raises(ValueError, match="generation_attention"):
+            model.generate(input_ids=ids[1:], attention_mask=mask[1:], **kwargs)

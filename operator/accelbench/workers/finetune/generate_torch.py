@@ -20,6 +20,7 @@ import torch
 from ...api.status import PassAtKResults
 from . import TrainContext
 from .passk import GenerateFn, PassAtKTask, evaluate, trim_at_stop
+from .torch_attention import generation_attention
 
 
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:
@@ -107,14 +108,15 @@ def run_pass_at_k(
     was_training = module.training
     module.eval()
     try:
-        result = evaluate(
-            task,
-            make_generate(module, task, device, synced=fsdp),
-            rank=ctx.dist.rank if distributed else 0,
-            world=world,
-            gather=all_gather_objects if distributed else None,
-            log=ctx.log,
-        )
+        with generation_attention(module):
+            result = evaluate(
+                task,
+                make_generate(module, task, device, synced=fsdp),
+                rank=ctx.dist.rank if distributed else 0,
+                world=world,
+                gather=all_gather_objects if distributed else None,
+                log=ctx.log,
+            )
     finally:
         module.train(was_training)
     assert result is not None

@@ -18,7 +18,9 @@ take such a dict as is). A None mask means plain causal.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -71,6 +73,14 @@ def attention_forward(
     unsupported = sorted(k for k in UNSUPPORTED_KWARGS if kwargs.get(k) is not None)
     if unsupported:  # they change the math: refuse rather than silently compute something else
         raise ValueError(f"{NAME} does not implement {unsupported}; set ACCELBENCH_TORCH_ATTENTION=sdpa")
+    if query.shape[2] != key.shape[2] or (
+        attention_mask is not None and not isinstance(attention_mask, BlockMask)
+    ):
+        # A KV cache or a padding mask: generation, which this training kernel does not do (see
+        # generation_attention); computing on would silently ignore the cache offset or the padding.
+        # (Left padding at prefill cannot be seen from here: transformers builds no mask for a
+        # custom implementation. generation_attention is the guard for that.)
+        raise ValueError(f"{NAME} is for training on whole rows; generate under generation_attention()")
     gqa = key.shape[1] != query.shape[1]
     if attention_mask is None and sliding_window is None and softcap is None:
         out = F.scaled_dot_product_attention(query, key, value, is_causal=True, scale=scaling, enable_gqa=gqa)
@@ -89,6 +99,23 @@ def attention_forward(
             query, key, value, block_mask=block_mask, score_mod=score_mod, scale=scaling, enable_gqa=gqa
         )
     return out.transpose(1, 2).contiguous(), None
+
+
+@contextlib.contextmanager
+def generation_attention(model: torch.nn.Module) -> Iterator[None]:
+    """SDPA while the trained model generates (pass@k): decoding attends from one new token to a
+    KV cache through left-padding masks, which transformers builds for SDPA but not for a custom
+    implementation. The model is switched back afterwards."""
+    config = getattr(model, "config", None)
+    current = getattr(config, "_attn_implementation", None)
+    if current != NAME:
+        yield
+        return
+    model.set_attn_implementation("sdpa")
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(current)
 
 
 # --------------------------------------------------------------------------------------------------
