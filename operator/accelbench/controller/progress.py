@@ -25,11 +25,10 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from ..render.meta import METRICS_PATH, METRICS_PORT_NAME, PATH_ANNOTATION, PORT_ANNOTATION
+from ..render.names import LABEL_ROLE, Role
 from .observe import completion_index
 
-PORT_ANNOTATION = "prometheus.io/port"
-PATH_ANNOTATION = "prometheus.io/path"
-METRICS_PORT_NAME = "metrics"
 SCRAPE_TIMEOUT_SECONDS = 2.0
 MAX_BYTES = 1 << 20  # a metrics page of ours is < 4 KiB; anything far larger is not ours
 
@@ -42,31 +41,26 @@ GAUGES: dict[str, str] = {
     "accelbench_worker_mfu": "mfu",
 }
 INTEGER_FIELDS = frozenset({"step", "totalSteps"})
-
-
-ROLE_LABEL = "accelbench.io/role"
 # Whose metrics tell the progress: rank 0 of the training Job; the load generator of a bench.
-PROGRESS_ROLE = {"FinetuneJob": "train", "InferenceBench": "client"}
+PROGRESS_ROLE = {"FinetuneJob": Role.TRAIN.value, "InferenceBench": Role.CLIENT.value}
 
 
 def metrics_url(pods: Iterable[Mapping[str, Any]], role: str | None = None) -> str | None:
     """http://<pod IP>:<port><path> of the running rank-0 pod (of `role`), or None when there is
     none yet."""
     for pod in pods:
-        if role is not None and ((pod.get("metadata") or {}).get("labels") or {}).get(ROLE_LABEL) != role:
-            continue
+        meta = pod.get("metadata") or {}
         status = pod.get("status") or {}
-        if status.get("phase") != "Running" or not status.get("podIP"):
+        if role is not None and (meta.get("labels") or {}).get(LABEL_ROLE) != role:
+            continue
+        if status.get("phase") != "Running" or not status.get("podIP") or meta.get("deletionTimestamp"):
             continue
         if completion_index(pod) not in (0, None):
-            continue
-        meta = pod.get("metadata") or {}
-        if meta.get("deletionTimestamp"):
             continue
         port = _port_of(pod)
         if port is None:
             continue
-        path = (meta.get("annotations") or {}).get(PATH_ANNOTATION) or "/metrics"
+        path = (meta.get("annotations") or {}).get(PATH_ANNOTATION) or METRICS_PATH
         host = status["podIP"]
         host = f"[{host}]" if ":" in host else host  # IPv6
         return f"http://{host}:{port}{path if path.startswith('/') else '/' + path}"

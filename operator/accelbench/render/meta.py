@@ -47,11 +47,16 @@ def build_metadata(resource: Resource, name: str, labels: dict[str, str]) -> dic
 # annotations that say so: the operator scrapes them into status.progress, and annotation-based
 # Prometheus set-ups find the same gauges.
 METRICS_PORT = 9090
+METRICS_PORT_NAME = "metrics"
+METRICS_PATH = "/metrics"
+SCRAPE_ANNOTATION = "prometheus.io/scrape"
+PORT_ANNOTATION = "prometheus.io/port"
+PATH_ANNOTATION = "prometheus.io/path"
 
 
 def metrics_annotations(port: int = METRICS_PORT) -> dict[str, str]:
-    return {"prometheus.io/scrape": "true", "prometheus.io/port": str(port), "prometheus.io/path": "/metrics"}
+    return {SCRAPE_ANNOTATION: "true", PORT_ANNOTATION: str(port), PATH_ANNOTATION: METRICS_PATH}
 
 
 def metrics_port_entry(port: int = METRICS_PORT) -> dict[str, Any]:
-    return {"name": "metrics", "containerPort": port, "protocol": "TCP"}
+    return {"name": METRICS_PORT_NAME, "containerPort": port, "protocol": "TCP"}

@@ -154,8 +154,8 @@ def masks_for(
     if not per_layer_type:
         return full
     local = None
-    if window is not None:
-        length = segment_ids.shape[-1]
-        local = segment_block_mask(segments, window) if segments is not None else None
-        local = local if local is not None else window_block_mask(length, window, device)
+    if window is not None and segments is not None:
+        local = segment_block_mask(segments, window)
+    elif window is not None:
+        local = window_block_mask(segment_ids.shape[-1], window, device)
     return {"full_attention": full, "sliding_attention": local}
