@@ -11,7 +11,7 @@ What differs from a kubelet, on purpose:
 - env `value` and `fieldRef` are resolved; secret/configMap refs and volumes are not;
 - there is no cluster DNS: hosts under `.svc` (Services, headless pod names) resolve to 127.0.0.1,
   and each pod that declares a `metrics` port gets its own free local port instead (parallel workers
-  would fight over one), written to ACCELBENCH_METRICS_PORT and to the pod's `prometheus.io/port`
+  would fight over one), written to ENV_METRICS_PORT and to the pod's ANNOTATION_PORT
   annotation, where the operator looks when it scrapes progress (a port mapping, as a runtime's);
 - the termination-message path maps to a file in the work directory;
 - pods reach the API server with the executor's kubeconfig (KUBECONFIG), not a service account.
@@ -39,6 +39,16 @@ from typing import Any
 
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
+
+from accelbench.api.contract import (
+    ANNOTATION_PORT,
+    ENV_JAX_COORDINATOR,
+    ENV_MASTER_ADDR,
+    ENV_METRICS_PORT,
+    ENV_POD_NAMESPACE,
+    ENV_TERMINATION_LOG,
+    METRICS_PORT_NAME,
+)
 
 LOG = logging.getLogger("localexec")
 REPO = Path(__file__).resolve().parents[1]
@@ -90,17 +100,15 @@ def container_env(
             env[item["name"]] = resolve_field(pod, item["valueFrom"]["fieldRef"]["fieldPath"])
         else:
             LOG.warning("pod %s: env %s uses an unsupported source; left unset", name_of(pod), item["name"])
-    for key in ("MASTER_ADDR", "JAX_COORDINATOR_ADDRESS"):
+    for key in (ENV_MASTER_ADDR, ENV_JAX_COORDINATOR):
         if key in env:
-            host, sep, port = (
-                env[key].rpartition(":") if key == "JAX_COORDINATOR_ADDRESS" else (env[key], "", "")
-            )
+            host, sep, port = env[key].rpartition(":") if key == ENV_JAX_COORDINATOR else (env[key], "", "")
             if not re.fullmatch(r"[0-9.]+", host):
                 env[key] = f"127.0.0.1{sep}{port}"
-    env["ACCELBENCH_TERMINATION_LOG"] = str(termination_file)
-    env["ACCELBENCH_METRICS_PORT"] = "0"  # start() maps a declared metrics port to a free one
+    env[ENV_TERMINATION_LOG] = str(termination_file)
+    env[ENV_METRICS_PORT] = "0"  # start() maps a declared metrics port to a free one
     env["POD_NAME"] = pod["metadata"]["name"]
-    env.setdefault("POD_NAMESPACE", pod["metadata"]["namespace"])
+    env.setdefault(ENV_POD_NAMESPACE, pod["metadata"]["namespace"])
     return env
 
 
@@ -234,10 +242,10 @@ class Executor:
         termination_file.write_text("")
         log_file = podir / "container.log"
         env = container_env(pod, container, termination_file, self.kubeconfig)
-        if any(p.get("name") == "metrics" for p in container.get("ports") or []):
+        if any(p.get("name") == METRICS_PORT_NAME for p in container.get("ports") or []):
             port = free_port()
-            env["ACCELBENCH_METRICS_PORT"] = str(port)
-            self.patch_annotations(pod, {"prometheus.io/port": str(port)})
+            env[ENV_METRICS_PORT] = str(port)
+            self.patch_annotations(pod, {ANNOTATION_PORT: str(port)})
         argv = [localize(a) for a in argv]
         if argv[0] == "python":
             argv[0] = sys.executable  # the project's environment, whatever `python` is on PATH

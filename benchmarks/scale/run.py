@@ -55,13 +55,14 @@ from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.utils import parse_quantity
 
+from accelbench.api.contract import LABEL_NAME as NAME_LABEL
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "hack"))
 
 import localcluster  # noqa: E402
 
 GROUP, VERSION, PLURAL = "accelbench.io", "v1alpha1", "finetunejobs"
-NAME_LABEL = "accelbench.io/name"
 NAMESPACE = "default"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 RUNNING_OR_LATER = ("Running", "Succeeded")
@@ -116,12 +117,12 @@ def rendered_requests(accelerator: dict[str, Any]) -> dict[str, str]:
     """The pod requests the operator renders for this shape (its own planner and renderer)."""
     from accelbench.api import parse_resource
     from accelbench.catalog import load_catalog
-    from accelbench.controller.handlers import build_children
+    from accelbench.controller.children import build_children
 
     body = finetune_body("probe", accelerator)
     body["metadata"]["uid"] = "probe"
-    _, objects = build_children(parse_resource(body), load_catalog())
-    job = next(o for o in objects if o["kind"] == "Job")
+    _, rendered = build_children(parse_resource(body), load_catalog())
+    job = next(o for o in rendered.objects if o["kind"] == "Job")
     requests: dict[str, str] = {}
     for container in job["spec"]["template"]["spec"]["containers"]:
         requests.update((container.get("resources") or {}).get("requests") or {})

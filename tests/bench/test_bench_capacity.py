@@ -1,4 +1,4 @@
-"""Capacity search as a table-driven state machine, and $ per 1M tokens."""
+"""Capacity search as a table-driven state machine ($ per 1M tokens: tests/unit/test_cost.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from accelbench.workers.bench.capacity import (
     LevelOutcome,
     binding_constraint,
     capacity_result,
-    dollars_per_million_tokens,
     next_level,
 )
 
@@ -77,10 +76,3 @@ def test_binding_constraint_is_the_least_met_bound() -> None:
     assert binding_constraint(LevelOutcome(False, {"ttft": 0.9, "tpot": 0.7, "e2e": 0.8})) == "tpot"
     assert binding_constraint(LevelOutcome(False, {"ttft": 0.5, "e2e": 0.5})) == "ttft"
     assert binding_constraint(LevelOutcome(False, {})) is None
-
-
-def test_dollars_per_million_tokens() -> None:
-    # 2 chips × $10/chip-hour = $20/h; 1000 tok/s = 3.6M tok/h -> $5.555…/1M
-    assert dollars_per_million_tokens(20.0, 1000.0) == pytest.approx(20 / 3.6)
-    assert dollars_per_million_tokens(20.0, 0.0) is None
-    assert dollars_per_million_tokens(20.0, None) is None

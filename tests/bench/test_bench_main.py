@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 from conftest import serve
 
+from accelbench.api.contract import ExitCode
 from accelbench.api.report import parse_termination_message
-from accelbench.report import render_report
-from accelbench.workers.bench.main import EXIT_ERROR, EXIT_INVALID_CONFIG, main
+from accelbench.cost import dollars_per_million_tokens
+from accelbench.views import render_report
+from accelbench.workers.bench.main import main
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -30,7 +32,16 @@ JOB = {
         },
         "slo": {"ttftMs": 40, "attainment": 0.9},
     },
-    "plan": {"chips": 2, "dollarsPerChipHour": 10.0, "priceSource": "catalog h100 on-demand, test"},
+    "plan": {
+        "accelerator": "h100",
+        "framework": "pytorch",
+        "chips": 2,
+        "hosts": 1,
+        "chipsPerHost": 2,
+        "peakTflopsPerChip": 989.0,
+        "dollarsPerChipHour": 10.0,
+        "priceSource": "catalog h100 on-demand, test",
+    },
 }
 
 
@@ -59,29 +70,33 @@ def test_env_contract_end_to_end(tmp_path: Path) -> None:
         "promptsOffTarget": 0,
     }
     assert {c["inputLength"] for c in full["cells"]} == {32, 64}
-    assert full["cost"]["dollarsPerHour"] == 20.0
-    cap = full["capacity"]["64"]
-    if cap["capacityConcurrency"]:
-        expected = 20.0 / (cap["outputTokensPerSecondAtCapacity"] * 3600) * 1e6
-        assert full["cost"]["byInputLength"]["64"][
-            "dollarsPerMillionOutputTokensAtCapacity"
-        ] == pytest.approx(expected)
+    # The client prices nothing: it passes the plan's price on, and the report prices with it.
+    assert full["price"] == {
+        "dollarsPerChipHour": 10.0,
+        "chips": 2,
+        "priceSource": "catalog h100 on-demand, test",
+    }
+    assert report.bench.dollars_per_million_tokens_at_peak is None
+    assert report.bench.price_source == "catalog h100 on-demand, test"
     paths = render_report(full, tmp_path / "report")
-    assert paths["html"].read_text().count("<tr>") == len(full["cells"]) + 1
+    page = paths["html"].read_text()
+    assert page.count("<tr>") == len(full["cells"]) + 1
+    peak_64 = max(c["outputTokensPerSecond"] for c in full["cells"] if c["inputLength"] == 64)
+    assert f"{dollars_per_million_tokens(20.0, peak_64)}" in page  # $20/h = 2 chips at $10
     assert paths["ttft"].stat().st_size > 1000 and paths["throughput"].stat().st_size > 1000
 
 
 def test_invalid_config_exit_code(tmp_path: Path) -> None:
     term = tmp_path / "t"
     env = {"ACCELBENCH_JOB": "{not json", "ACCELBENCH_TERMINATION_LOG": str(term)}
-    assert main([], env=env) == EXIT_INVALID_CONFIG
+    assert main([], env=env) == ExitCode.INVALID_CONFIG
     report = parse_termination_message(term.read_text())
     assert not report.ok and report.error is not None
 
 
 def test_server_never_ready_is_an_error(tmp_path: Path) -> None:
     env = {"ACCELBENCH_ENDPOINT": "http://127.0.0.1:9", "ACCELBENCH_HEALTH_PATH": "/health"}
-    assert main(["--ready-timeout", "1"], env=env) == EXIT_ERROR
+    assert main(["--ready-timeout", "1"], env=env) == ExitCode.ERROR
 
 
 def test_event_loop_choice(monkeypatch: pytest.MonkeyPatch) -> None:

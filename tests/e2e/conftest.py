@@ -25,6 +25,12 @@ sys.path.insert(0, str(ROOT / "hack"))
 
 import localcluster  # noqa: E402
 
+from accelbench.api.contract import (  # noqa: E402
+    ENV_OPERATOR_METRICS_PORT,
+    ENV_OPERATOR_OBSERVE_INTERVAL,
+    ENV_POD_NAMESPACE,
+)
+
 GROUP, VERSION = "accelbench.io", "v1alpha1"
 
 
@@ -90,9 +96,9 @@ class OperatorProcess:
         env = {
             **os.environ,
             "KUBECONFIG": str(self.kubeconfig),
-            "ACCELBENCH_OBSERVE_INTERVAL": "1",
-            "ACCELBENCH_METRICS_PORT": str(self.metrics_port),
-            "POD_NAMESPACE": self.namespace,
+            ENV_OPERATOR_OBSERVE_INTERVAL: "1",
+            ENV_OPERATOR_METRICS_PORT: str(self.metrics_port),
+            ENV_POD_NAMESPACE: self.namespace,
         }
         log = (self.logdir / f"operator-{self.starts}.log").open("wb")
         self.process = subprocess.Popen(

@@ -20,12 +20,12 @@ import numpy as np
 from jax_helpers import manifest, run
 
 SCRIPT = """
-import json, sys
+import dataclasses, json, sys
 from accelbench.workers.finetune.__main__ import RunOptions, run_job
 from accelbench.workers.jobenv import parse_job_payload
 spec, env, plan = json.loads(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[3])
 job = parse_job_payload(spec)
-job.plan.update(plan)
+job = dataclasses.replace(job, plan=job.plan.model_copy(update=plan))
 report, code = run_job(job, RunOptions(serve_metrics=False, log=lambda _: None, env=env))
 print("RESULT " + json.dumps({"code": code, "error": str(report.error),
       "loss": report.finetune.loss_history if report.finetune else None}))

@@ -159,3 +159,10 @@ def test_multimodal_checkpoint_loads_its_text_decoder(multimodal_gemma4: Path, t
     text_only = export_hf(loaded.model, loaded.cfg, multimodal_gemma4, tmp_path / "text")
     assert json.loads((text_only / "config.json").read_text())["architectures"] == ["Gemma4ForCausalLM"]
     np.testing.assert_allclose(_hf_logits(text_only, ids), ours, atol=1e-4, rtol=1e-4)
+
+
+def test_per_layer_config_it_cannot_represent_is_unsupported() -> None:
+    # catalog.hf_config refuses with HfConfigError; the JAX path reports it as UnsupportedModelError.
+    text = dict(GEMMA4_31B["text_config"], per_layer_config={"5": {"head_dim": 512}, "11": {"head_dim": 256}})
+    with pytest.raises(UnsupportedModelError, match="same overrides"):
+        config_from_hf(text)

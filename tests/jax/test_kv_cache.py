@@ -125,7 +125,7 @@ from accelbench.workers.finetune.jax_worker.mesh import batch_sharding, build_me
 from accelbench.workers.finetune.jax_worker.step import split_model
 
 model_dir, plan = sys.argv[1], json.loads(sys.argv[2])
-mesh = build_mesh(plan)
+mesh = build_mesh(plan.get("fsdp", 1), plan.get("tp", 1))
 place = sharded_placer(param_sharding(mesh))
 loaded = load_hf(model_dir, param_dtype=jnp.float32, dtype=jnp.float32, place=place)
 loaded.model.add_lora(["q_proj", "v_proj", "o_proj"], rank=4, alpha=8)

@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 from jax_helpers import hf_logits, manifest, packed_inputs, run
 
-from accelbench.bridge import load_orbax
+from accelbench.bridge import load_hf, load_orbax
+from accelbench.jaxmodels.lora import ALL_TARGETS, lora_parameter_count
+from accelbench.workers.flops import flops_per_token, lora_parameters, shape_from_hf_config
 
 CASES = [
     ("llama", {"type": "lora", "rank": 8}, 1e-2),
@@ -84,3 +86,19 @@ def test_gradient_checkpointing_changes_nothing_but_memory(
         return run(spec).finetune.loss_history
 
     np.testing.assert_allclose(losses(True), losses(False), rtol=1e-5)
+
+
+def test_all_linear_adapts_every_projection_and_counts_as_the_flops_do(
+    tiny_models: dict[str, Path], chat_dataset: Path
+) -> None:
+    """Gemma 4 (global layers share k/v, no v_proj): all-linear = the seven names, in the model and FLOPs."""
+    loaded = load_hf(tiny_models["gemma4"], param_dtype=jnp.float32, dtype=jnp.float32)
+    loaded.model.add_lora(["all-linear"], rank=4, alpha=8)
+    shape = shape_from_hf_config(loaded.cfg.hf_config, "gemma4")
+    assert lora_parameter_count(loaded.model) == lora_parameters(shape, 4, ALL_TARGETS) > 0
+    method = {"type": "lora", "rank": 4, "targetModules": ["all-linear"]}
+    spec = manifest(
+        tiny_models["gemma4"], chat_dataset, "gemma4", "jax", method=method, training={"maxSteps": 2}
+    )
+    report = run(spec)
+    assert report.finetune.flops_per_token == flops_per_token(shape, 128, 4, ALL_TARGETS).total

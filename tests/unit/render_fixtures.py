@@ -194,6 +194,7 @@ def make_plan(
         tp=tp,
         memory=memory,
         hbm_per_chip_gb=accelerator.hbm_gb,
+        peak_tflops_per_chip=accelerator.peak_bf16_tflops,
         dollars_per_chip_hour=price,
         price_source=f"{accelerator.price.source} ({accelerator.price.date})",
     )

@@ -10,12 +10,12 @@ import pytest
 from pydantic import ValidationError
 
 from accelbench.api import FinetuneJob, InferenceBench, parse_resource
+from accelbench.api.errors import describe_validation_error
 from accelbench.api.report import (
     ReportError,
     WorkerReport,
     parse_termination_message,
 )
-from accelbench.errors import describe_validation_error
 
 FINETUNE: dict[str, Any] = {
     "apiVersion": "accelbench.io/v1alpha1",

@@ -11,7 +11,6 @@ from accelbench.api import AcceleratorType, ModelFamily, ModelSource
 from accelbench.catalog import (
     CatalogError,
     count_decoder_parameters,
-    default_framework,
     load_catalog,
     load_model_catalog,
     model_shape,
@@ -100,11 +99,13 @@ def test_pod_spec_facts() -> None:
     assert any("nominal" in note for note in catalog.get("cpu").notes)
 
 
-def test_default_framework() -> None:
-    assert default_framework("tpu-v6e") == "jax"
-    assert default_framework("h100") == "pytorch"
-    assert default_framework("gaudi2") == "pytorch"
-    assert default_framework("cpu") == "pytorch"
+def test_each_accelerator_names_its_default_framework() -> None:
+    """The planner resolves a missing spec.framework from these (plan.common.framework_for)."""
+    catalog = load_catalog()
+    assert catalog.get("tpu-v6e").default_framework == "jax"
+    assert catalog.get("h100").default_framework == "pytorch"
+    assert catalog.get("gaudi2").default_framework == "pytorch"
+    assert catalog.get("cpu").default_framework == "pytorch"
 
 
 def test_unknown_accelerator_lists_known_ones() -> None:

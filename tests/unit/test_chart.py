@@ -107,7 +107,7 @@ PEERING_VERBS = {"list", "watch", "patch"}
 def rendered_children() -> list[dict[str, Any]]:
     """Every object the operator would create for the repository's examples."""
     from accelbench.catalog import load_catalog
-    from accelbench.manifests import load_resources
+    from accelbench.cli.manifests import load_resources
     from accelbench.plan import plan_for
     from accelbench.render import render
 
@@ -115,7 +115,7 @@ def rendered_children() -> list[dict[str, Any]]:
     objects: list[dict[str, Any]] = []
     for path in sorted((ROOT / "examples").rglob("*.yaml")):
         for item in load_resources(str(path)):
-            objects += render(item.resource, plan_for(item.resource, catalog), catalog)
+            objects += render(item.resource, plan_for(item.resource, catalog), catalog).objects
     return objects
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from accelbench.compare import as_records, compare, format_value
+from accelbench.views.compare import as_records, compare, format_value
 
 
 def _ft(name: str, tps: float | None, chips: int = 4, rate: float = 4.2, phase: str = "Succeeded") -> dict:

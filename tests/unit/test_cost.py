@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from accelbench.api.status import BenchCell, BenchResults
-from accelbench.controller.cost import (
+from accelbench.cost import (
     capacity_throughput,
     compute_cost,
     dollars_per_million_tokens,
@@ -96,9 +96,12 @@ def test_serving_cost_at_capacity_uses_slowest_input_length_and_peak_uses_the_be
     assert filled.dollars_per_million_tokens_at_peak == pytest.approx(3.413580, abs=1e-6)
 
 
-def test_serving_cost_keeps_what_the_worker_already_wrote() -> None:
+def test_serving_cost_replaces_a_figure_a_worker_wrote() -> None:
+    """One owner per formula: the operator's price and formula win over a (older) worker's figure."""
+    priced = with_serving_cost(_bench(), 22.12)
     results = _bench(dollars_per_million_tokens_at_capacity=1.0)
-    assert with_serving_cost(results, 22.12).dollars_per_million_tokens_at_capacity == 1.0
+    assert with_serving_cost(results, 22.12) == priced
+    assert priced.dollars_per_million_tokens_at_capacity != 1.0
 
 
 def test_serving_cost_without_capacity_leaves_capacity_empty() -> None:

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from accelbench.catalog import load_catalog
-from accelbench.crdgen import generate_crds
+from accelbench.cli.crdgen import generate_crds
 
 ROOT = Path(__file__).resolve().parents[2]
 CRDS = generate_crds(load_catalog())

@@ -14,8 +14,8 @@ from accelbench.api.finetune import PassAtK
 from accelbench.api.report import WorkerReport, parse_termination_message
 from accelbench.api.status import PassAtKResults
 from accelbench.catalog import load_catalog
+from accelbench.cli.crdgen import generate_crds
 from accelbench.controller.ingest import ingest
-from accelbench.crdgen import generate_crds
 from accelbench.render.finetune import build_worker_storage
 
 CHECKER = {"command": ["sh", "-c", "iverilog -o sim {sample} && vvp sim"], "timeoutSeconds": 30}

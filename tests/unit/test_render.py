@@ -7,7 +7,6 @@ and review the diff like code.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -17,17 +16,15 @@ import pytest
 import render_fixtures as fx
 import yaml
 
-from accelbench.api import Engine, FinetuneJob, InferenceBench, parse_resource
+from accelbench.api import Engine, FinetuneJob, InferenceBench
 from accelbench.api.common import EnvVar, Scheduling
-from accelbench.render import (
-    JOB_ENV,
-    RenderError,
+from accelbench.api.contract import ENV_JOB, LABEL_ROLE, Role
+from accelbench.api.payload import JobPayload
+from accelbench.render import RenderError, render, render_finetune, render_inference
+from accelbench.render.names import (
     client_job_name,
     finetune_children,
     inference_children,
-    render,
-    render_finetune,
-    render_inference,
     results_config_map_name,
     server_name,
     train_job_name,
@@ -47,7 +44,7 @@ def _dump(objects: list[dict[str, Any]]) -> str:
 
 def _render(case: str) -> list[dict[str, Any]]:
     resource, plan = fx.GOLDEN_CASES[case]()
-    return render(resource, plan, fx.CATALOG)
+    return render(resource, plan, fx.CATALOG).objects
 
 
 def _by_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
@@ -395,6 +392,7 @@ def test_child_names() -> None:
     assert finetune_children("x", multi_host=True).service == "x-train"
     assert finetune_children("x", multi_host=False).service is None
     assert inference_children("x", external=True).server is None
+    assert inference_children("x", external=True).job == "x-client"  # the client reports
     objects = _render("inference-vllm-h100-x2")
     names = {(o["kind"], o["metadata"]["name"]) for o in objects}
     assert names == {
@@ -416,21 +414,43 @@ def test_longest_name_keeps_pod_hostnames_within_63_characters() -> None:
     assert len(f"{train['metadata']['name']}-{plan.hosts - 1}") <= 63
 
 
+@pytest.mark.parametrize("case", sorted(fx.GOLDEN_CASES))
+def test_the_render_record_names_what_was_rendered(case: str) -> None:
+    """status.children comes from this record: each name it gives is an object of the right kind
+    and role, and the reporting Job is the one whose pods run accelbench's own code."""
+    resource, plan = fx.GOLDEN_CASES[case]()
+    rendered = render(resource, plan, fx.CATALOG)
+    kinds = {(o["kind"], o["metadata"]["name"]): o for o in rendered.objects}
+    children = rendered.children
+    report_job = kinds[("Job", children.job)]
+    assert "accelbench.workers" in str(report_job["spec"]["template"]["spec"]["containers"][0]["command"])
+    if children.server:
+        assert kinds[("Job", children.server)]["metadata"]["labels"][LABEL_ROLE] == Role.SERVER
+    if children.service:
+        assert ("Service", children.service) in kinds
+    if children.results_config_map:
+        assert ("ConfigMap", children.results_config_map) in kinds
+    rendered_jobs = {name for kind, name in kinds if kind == "Job"}
+    assert rendered_jobs == {n for n in (children.job, children.server, children.client) if n}
+
+
 @pytest.mark.parametrize("case", ["finetune-tpu-v5p-2x2x2-multihost", "inference-vllm-tpu-v6e-2x4"])
 def test_job_env_parses_back_into_the_api_model(case: str) -> None:
     resource, plan = fx.GOLDEN_CASES[case]()
-    objects = render(resource, plan, fx.CATALOG)
+    objects = render(resource, plan, fx.CATALOG).objects
     role_job = next(o for o in objects if o["kind"] == "Job" and "accelbench.workers" in str(o))
-    payload = json.loads(_env(role_job)[JOB_ENV])
-    plan_wire = payload.pop("plan")
-    parsed = parse_resource(payload)
+    payload = JobPayload.model_validate_json(_env(role_job)[ENV_JOB])
+    parsed = payload.resource()
     assert isinstance(parsed, (FinetuneJob, InferenceBench))
     assert parsed.spec == resource.spec
     assert parsed.metadata.uid == fx.UID
     assert parsed.metadata.namespace == fx.NAMESPACE
-    assert plan_wire["chipsPerHost"] == plan.chips_per_host
-    assert plan_wire["hosts"] == plan.hosts
-    assert plan_wire["memory"]["activations"] == plan.memory.activations
+    assert payload.plan == plan.worker_plan()
+    assert payload.plan.chips_per_host == plan.chips_per_host and payload.plan.hosts == plan.hosts
+    # What the pod must not re-derive: the resolved framework, the chips' peak and the price.
+    assert payload.plan.framework == plan.framework
+    assert payload.plan.peak_tflops_per_chip == plan.peak_tflops_per_chip > 0
+    assert payload.plan.dollars_per_chip_hour == plan.dollars_per_chip_hour
 
 
 def test_render_dispatch_refuses_other_types() -> None:

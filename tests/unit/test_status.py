@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from accelbench.controller.children import children_of, owned, select_pods
+from accelbench.api.status import Children
+from accelbench.controller.children import select_pods
 from accelbench.controller.observe import Observation, observe, rank0_pod, termination_message
 from accelbench.controller.reconcile import observe_resource
 from accelbench.controller.status import (
@@ -179,37 +180,13 @@ OWNER: dict[str, Any] = {
 }
 
 
-def test_owned_sets_namespace_and_one_controller_reference() -> None:
-    obj = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "serve-client"}}
-    child = owned(owned(obj, OWNER), OWNER)
-    assert child["metadata"]["namespace"] == "team-a"
-    assert [r["uid"] for r in child["metadata"]["ownerReferences"]] == ["u-1"]
-    assert child["metadata"]["ownerReferences"][0]["controller"] is True
-    assert "ownerReferences" not in obj["metadata"]  # the rendered object is not mutated
-
-
-def test_children_of_a_bench_and_pod_selection() -> None:
-    objs = [
-        {"kind": "Deployment", "metadata": {"name": "serve-server"}},
-        {"kind": "Service", "metadata": {"name": "serve-server"}},
-        {"kind": "Job", "metadata": {"name": "serve-client", "labels": {"accelbench.io/role": "client"}}},
-        {"kind": "ConfigMap", "metadata": {"name": "serve-results"}},
-    ]
-    children = children_of(objs)
-    assert children.job == children.client == "serve-client"
-    assert (children.server, children.results_config_map) == ("serve-server", "serve-results")
+def test_pods_of_the_reporting_job_and_of_the_server() -> None:
+    children = Children(job="serve-client", client="serve-client", server="serve-server")
     pods = recorded("bench_complete")["pods"]
     assert len(select_pods(pods, children)) == 2
     assert len(select_pods(pods, children.model_copy(update={"server": None}))) == 1
-
-
-def test_children_of_a_finetune() -> None:
-    objs = [
-        {"kind": "Job", "metadata": {"name": "g-train"}},
-        {"kind": "Service", "metadata": {"name": "g-train"}},
-    ]
-    children = children_of(objs)
-    assert (children.job, children.service, children.client) == ("g-train", "g-train", None)
+    stranger = {"metadata": {"name": "serve-server-x", "labels": {"job-name": "other"}}}
+    assert select_pods([stranger], children) == []  # a name prefix alone is not membership
 
 
 # --- status composition ---------------------------------------------------------------------------
@@ -393,7 +370,7 @@ def test_invalid_spec_status_and_recovery() -> None:
         refused,
         plan_status={"chips": 8},
         accelerator="tpu-v5p 2x2x2",
-        children=children_of([{"kind": "Job", "metadata": {"name": "g-train"}}]),
+        children=Children(job="g-train"),
         price=Price(8, 4.2, "catalog"),
         generation=2,
         now=NOW,
@@ -409,7 +386,7 @@ def test_applied_status_keeps_a_running_phase() -> None:
         running,
         plan_status={"chips": 8},
         accelerator="tpu-v5p 2x2x2",
-        children=children_of([{"kind": "Job", "metadata": {"name": "gemma-lora-train"}}]),
+        children=Children(job="gemma-lora-train"),
         price=Price(8, 4.2, "catalog"),
         generation=1,
         now=NOW,
@@ -450,32 +427,6 @@ MANIFEST: dict[str, Any] = {
 }
 
 
-def _plan() -> Any:
-    from accelbench.plan.types import MemoryEstimate, Plan
-
-    memory = MemoryEstimate(weights=2e9, gradients=0, optimizer=0, adapters=1e8, activations=5e8)
-    return Plan(
-        accelerator="tpu-v5p",
-        framework="jax",
-        chips=8,
-        hosts=2,
-        chips_per_host=4,
-        topology="2x2x2",
-        fsdp=8,
-        tp=1,
-        memory=memory,
-        hbm_per_chip_gb=95.0,
-        dollars_per_chip_hour=4.2,
-        price_source="catalog: tpu-v5p on-demand",
-    )
-
-
-RENDERED = [
-    {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "gemma-lora-train"}},
-    {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "gemma-lora-train"}},
-]
-
-
 @pytest.fixture
 def wiring(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     import kopf
@@ -487,15 +438,13 @@ def wiring(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     monkeypatch.setattr(
         kopf, "event", lambda _body, *, type, reason, message="": events.append((type, reason, message))
     )
-    monkeypatch.setattr(
-        handlers,
-        "build_children",
-        lambda resource, catalog, server_admitted=False: (_plan(), copy.deepcopy(RENDERED)),
-    )
+    from accelbench.catalog import load_catalog
+
     state = handlers.ControllerState(
         kube=FakeKube(), metrics=Metrics(), price_namespace="x", price_config_map="y"
     )
-    state._catalog, state._loaded_at = object(), float("inf")  # no catalog I/O in unit tests
+    # The real planner and renderer with the built-in catalog; no ConfigMap read in unit tests.
+    state._catalog, state._loaded_at = load_catalog(), float("inf")
     return {"handlers": handlers, "state": state, "events": events, "memo": kopf.Memo(state=state)}
 
 
@@ -517,16 +466,23 @@ def _ensure(wiring: dict[str, Any], body: dict[str, Any]) -> Any:
 
 
 def test_ensure_applies_owned_children_and_writes_plan_status(wiring: dict[str, Any]) -> None:
+    from accelbench.catalog import load_catalog
+
     patch = _ensure(wiring, copy.deepcopy(MANIFEST))
     applied = wiring["state"].kube.applied
-    assert [o["metadata"]["name"] for o in applied] == ["gemma-lora-train", "gemma-lora-train"]
-    assert applied[0]["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+    assert [(o["kind"], o["metadata"]["name"]) for o in applied] == [
+        ("Service", "gemma-lora-train"),
+        ("Job", "gemma-lora-train"),
+    ]
+    for obj in applied:  # owned by the resource, in its namespace, exactly once
+        assert obj["metadata"]["namespace"] == "team-a"
+        assert [r["uid"] for r in obj["metadata"]["ownerReferences"]] == ["u-1"]
     status = patch["status"]
     assert status["phase"] == "Pending"
     assert status["children"] == {"job": "gemma-lora-train", "service": "gemma-lora-train"}
-    assert status["plan"]["chips"] == 8 and status["plan"]["memoryPerChipGb"] == 2.6
+    assert (status["plan"]["chips"], status["plan"]["hosts"], status["plan"]["framework"]) == (8, 2, "jax")
     assert status["accelerator"] == "tpu-v5p 2x2x2"
-    assert status["cost"]["dollarsPerChipHour"] == 4.2
+    assert status["cost"]["dollarsPerChipHour"] == load_catalog().get("tpu-v5p").price.on_demand
     assert status["conditions"][0]["reason"] == "ChildrenCreated"
     assert wiring["events"][0][1] == "ChildrenCreated"
 
@@ -540,6 +496,14 @@ def test_invalid_spec_sets_a_condition_and_applies_nothing(wiring: dict[str, Any
     assert patch["status"]["conditions"][0]["reason"] == "InvalidSpec"
     assert "topology" in patch["status"]["message"]
     assert wiring["events"][0][:2] == ("Warning", "InvalidSpec")
+
+
+def test_an_invalid_name_reads_as_a_sentence(wiring: dict[str, Any]) -> None:
+    body = copy.deepcopy(MANIFEST)
+    body["metadata"]["name"] = "n" * 60
+    patch = _ensure(wiring, body)
+    assert patch["status"]["message"] == "metadata.name: String should have at most 52 characters"
+    assert wiring["state"].kube.applied == []
 
 
 def test_plan_error_is_an_invalid_spec(wiring: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:

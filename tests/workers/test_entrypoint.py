@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -12,7 +13,10 @@ import pytest
 import yaml
 
 from accelbench import cli
-from accelbench.api import parse_termination_message
+from accelbench.api import parse_resource, parse_termination_message
+from accelbench.catalog import load_catalog
+from accelbench.plan import plan_for
+from accelbench.render import job_payload_json
 from accelbench.workers import InvalidConfigError
 from accelbench.workers.jobenv import dist_env, load_job, resolve_uri
 from accelbench.workers.report import find_report_line
@@ -31,13 +35,14 @@ def _worker(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]
 
 
 def test_worker_module_runs_a_payload_from_the_env(manifest_for, tmp_path: Path) -> None:
-    payload = manifest_for("llama", training={"maxSteps": 2}) | {
-        "plan": {"framework": "pytorch", "chips": 1, "fsdp": 1, "tp": 1, "microBatchSize": 2}
-    }
+    """The payload exactly as the operator renders it (planner + renderer), parsed by the worker."""
+    resource = parse_resource(manifest_for("llama", training={"maxSteps": 2}))
+    # A peak the built-in catalog does not have: the worker must take the operator's, not reload it.
+    plan = dataclasses.replace(plan_for(resource, load_catalog()), peak_tflops_per_chip=3.5)
     log = tmp_path / "termination-log"
     result = _worker(
         {
-            "ACCELBENCH_JOB": json.dumps(payload),
+            "ACCELBENCH_JOB": job_payload_json(resource, plan),
             "ACCELBENCH_TERMINATION_LOG": str(log),
             "ACCELBENCH_METRICS_PORT": "0",
         }
@@ -45,6 +50,7 @@ def test_worker_module_runs_a_payload_from_the_env(manifest_for, tmp_path: Path)
     assert result.returncode == 0, result.stderr[-3000:]
     report = parse_termination_message(log.read_text())
     assert report.ok and report.finetune.steps == 2
+    assert report.finetune.peak_tflops_per_chip == 3.5
     full = find_report_line(result.stdout)
     assert full is not None and full.finetune.loss_history == report.finetune.loss_history
     assert "metrics: serving on port" in result.stderr

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from accelbench.catalog import ModelShape, model_shape
-from accelbench.workers.flops import flops_per_token, matmul_parameters, mfu, shape_from_hf_config
+from accelbench.catalog import ModelShape, hf_config, model_shape
+from accelbench.plan.memory import lora_adapter_parameters
+from accelbench.workers.flops import (
+    flops_per_token,
+    lora_parameters,
+    matmul_parameters,
+    mfu,
+    shape_from_hf_config,
+)
 
 ALL_PROJ = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -117,3 +124,25 @@ def test_shape_from_hf_config_matches_catalog_gemma4_31b(text: dict) -> None:
     catalog = model_shape("gemma4", "31b")
     assert matmul_parameters(shape) == matmul_parameters(catalog)
     assert flops_per_token(shape, 4096).attention == flops_per_token(catalog, 4096).attention
+
+
+@pytest.mark.parametrize(("family", "size"), [("gemma3", "1b"), ("gemma4", "31b"), ("llama", "8b")])
+def test_all_linear_counts_every_projection_as_the_planner_does(family: str, size: str) -> None:
+    # Gemma 4 31B's global layers have no v_proj (K = V): all-linear adapts what each layer has.
+    shape = model_shape(family, size)
+    all_linear = flops_per_token(shape, 2048, 16, ["all-linear"])
+    named = flops_per_token(shape, 2048, 16, ALL_PROJ)
+    assert all_linear.lora_parameters == named.lora_parameters > 0
+    assert all_linear.total == named.total
+    planner, unmatched = lora_adapter_parameters(shape, 16, ["all-linear"])
+    assert all_linear.lora_parameters == planner and unmatched == []
+    assert lora_parameters(shape, 16, ["all-linear", "q_proj"]) == planner
+
+
+def test_unknown_lora_target_is_refused_not_counted_as_zero() -> None:
+    with pytest.raises(ValueError, match="all-linear"):
+        lora_parameters(_shape(), 2, ["qkv_proj"])
+
+
+def test_shape_from_hf_config_is_the_catalog_reader() -> None:
+    assert shape_from_hf_config is hf_config.shape_from_hf_config

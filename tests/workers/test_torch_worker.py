@@ -14,6 +14,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from accelbench.api import parse_termination_message
+from accelbench.workers import InvalidConfigError
 from accelbench.workers.data import ChatTokenizer, build_rows, read_jsonl, tokenize_examples
 from accelbench.workers.finetune.__main__ import RunOptions, run_job
 from accelbench.workers.finetune.torch_worker import masked_ce_sum
@@ -138,9 +139,22 @@ def test_saves_merged_lora_weights_that_transformers_loads(manifest_for, tmp_pat
 
 def test_unknown_lora_target_is_invalid_config(manifest_for) -> None:
     manifest = manifest_for("llama", method={"type": "lora", "rank": 4, "targetModules": ["nope_proj"]})
-    report, code = _run(manifest)
-    assert code == 3 and not report.ok and report.error.type == "InvalidConfig"
-    assert "nope_proj" in report.error.message
+    with pytest.raises(InvalidConfigError) as err:
+        parse_job_payload(manifest)  # the API's LoraTarget vocabulary refuses it before any run
+    assert "targetModules" in str(err.value) and "'all-linear'" in str(err.value)
+
+
+def test_all_linear_trains_the_same_adapters_as_every_projection_named(manifest_for) -> None:
+    every = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    runs = [
+        _run(manifest_for("gemma3", method={"type": "lora", "rank": 4, "targetModules": targets},
+                          training={"maxSteps": 2}))
+        for targets in (["all-linear"], every)
+    ]  # fmt: skip
+    (all_linear, code_a), (named, code_b) = runs
+    assert code_a == 0 and code_b == 0, (all_linear.error, named.error)
+    assert all_linear.finetune.loss_history == pytest.approx(named.finetune.loss_history, abs=1e-6)
+    assert all_linear.finetune.flops_per_token == named.finetune.flops_per_token
 
 
 def test_attention_choice_and_its_override(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,5 +1,10 @@
 """accelbench.io/v1alpha1: pydantic models are the single schema source for CRDs and reports.
 
+- the resources and their status (finetune, inference, common, status, resources);
+- what crosses into and out of a pod: the JobPayload (payload) and the WorkerReport (report);
+- contract: every other name the operator, pods, Prometheus and the chart share;
+- errors: validation errors as lines a user can act on.
+
 This package imports nothing else of the project.
 """
 

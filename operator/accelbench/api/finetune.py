@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import StrEnum
 from typing import Annotated
 
@@ -29,6 +30,42 @@ class MethodType(StrEnum):
     FULL = "full"
 
 
+class LoraTarget(StrEnum):
+    """A Hugging Face projection name, or all-linear for every attention and MLP projection."""
+
+    # One vocabulary for the planner, the FLOPs count and both workers: a name one of them accepts,
+    # the others count and adapt the same way (expand_lora_targets).
+
+    Q_PROJ = "q_proj"
+    K_PROJ = "k_proj"
+    V_PROJ = "v_proj"
+    O_PROJ = "o_proj"
+    GATE_PROJ = "gate_proj"
+    UP_PROJ = "up_proj"
+    DOWN_PROJ = "down_proj"
+    ALL_LINEAR = "all-linear"
+
+
+# Every projection, in Hugging Face order (attention, then MLP): what all-linear stands for.
+LORA_PROJECTIONS: tuple[str, ...] = tuple(t.value for t in LoraTarget if t is not LoraTarget.ALL_LINEAR)
+
+
+def expand_lora_targets(targets: Iterable[str]) -> tuple[str, ...]:
+    """The projection names `targets` adapt, in Hugging Face order, all-linear standing for all of them.
+
+    Raises ValueError naming the allowed values for anything else, so no caller can count or adapt a
+    name silently differently from another.
+    """
+    wanted = set(targets)
+    unknown = sorted(wanted - {t.value for t in LoraTarget})
+    if unknown:
+        allowed = [t.value for t in LoraTarget]
+        raise ValueError(f"LoRA target modules {unknown} are not projection names; use {allowed}")
+    if LoraTarget.ALL_LINEAR in wanted:
+        return LORA_PROJECTIONS
+    return tuple(p for p in LORA_PROJECTIONS if p in wanted)
+
+
 class Method(ApiModel):
     """LoRA (rank required) or full fine-tuning."""
 
@@ -48,9 +85,10 @@ class Method(ApiModel):
     rank: int | None = Field(default=None, ge=1, le=4096)
     alpha: float | None = Field(default=None, gt=0, description="LoRA scale numerator; defaults to 2×rank.")
     dropout: float = Field(default=0.0, ge=0, lt=1)
-    target_modules: list[str] = Field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
-        description="Projections that get adapters; the default is every attention and MLP projection.",
+    target_modules: list[LoraTarget] = Field(
+        default_factory=lambda: [LoraTarget(p) for p in LORA_PROJECTIONS],
+        description="Projections that get adapters (all-linear: every one); the default is every "
+        "attention and MLP projection.",
     )
 
     @model_validator(mode="after")

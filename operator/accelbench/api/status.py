@@ -19,9 +19,6 @@ class Phase(StrEnum):
     SUSPENDED = "Suspended"
 
 
-TERMINAL_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED})
-
-
 class ConditionType(StrEnum):
     READY = "Ready"  # the spec is valid and children exist
     SCHEDULED = "Scheduled"

@@ -36,7 +36,6 @@ __all__ = [
     "Price",
     "TpuTopology",
     "count_decoder_parameters",
-    "default_framework",
     "load_catalog",
     "load_model_catalog",
     "model_shape",
@@ -209,11 +208,6 @@ def _dollars(name: str, wire: str, value: Any) -> float | None:
             f"{PRICES_KEY}: {name}.{wire} must be a non-negative number of $/chip-hour, got {value!r}"
         )
     return float(value)
-
-
-def default_framework(accelerator: str, catalog: Catalog | None = None) -> str:
-    """jax on TPU, pytorch on GPU, Gaudi and CPU: whatever the catalog entry says."""
-    return (catalog or _base_catalog()).get(accelerator).default_framework
 
 
 # ---------------------------------------------------------------- model shapes

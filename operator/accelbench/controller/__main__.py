@@ -1,6 +1,8 @@
 """`python -m accelbench.controller`: run the operator with the metrics endpoint beside it.
 
-Scope: --namespace (repeatable) or ACCELBENCH_NAMESPACES (comma-separated); none means cluster-wide.
+Scope: --namespace (repeatable) or ENV_OPERATOR_NAMESPACES (comma-separated); none means
+cluster-wide. Each flag's default comes from an ENV_OPERATOR_* variable (api.contract), which
+the chart sets.
 """
 
 from __future__ import annotations
@@ -11,6 +13,13 @@ import os
 from collections.abc import Sequence
 
 import kopf
+
+from ..api.contract import (
+    ENV_OPERATOR_LIVENESS,
+    ENV_OPERATOR_METRICS_PORT,
+    ENV_OPERATOR_NAMESPACES,
+    ENV_OPERATOR_PEERING,
+)
 
 
 def _env_list(name: str) -> list[str]:
@@ -23,17 +32,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--metrics-port",
         type=int,
-        default=int(os.environ.get("ACCELBENCH_METRICS_PORT", "8080")),
+        default=int(os.environ.get(ENV_OPERATOR_METRICS_PORT, "8080")),
         help="Prometheus metrics port; 0 disables it",
     )
     parser.add_argument(
         "--liveness",
-        default=os.environ.get("ACCELBENCH_LIVENESS_ENDPOINT") or None,
+        default=os.environ.get(ENV_OPERATOR_LIVENESS) or None,
         help="kopf liveness endpoint, e.g. http://0.0.0.0:8081/healthz",
     )
     parser.add_argument(
         "--peering",
-        default=os.environ.get("ACCELBENCH_PEERING") or None,
+        default=os.environ.get(ENV_OPERATOR_PEERING) or None,
         help="peering name to run several replicas (needs the KopfPeering CRDs); standalone when unset",
     )
     parser.add_argument("--verbose", "-v", action="store_true")
@@ -45,13 +54,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     kopf.configure(verbose=args.verbose)
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
     if args.peering:
-        os.environ["ACCELBENCH_PEERING"] = args.peering  # `configure` reads it at startup
+        os.environ[ENV_OPERATOR_PEERING] = args.peering  # `configure` reads it at startup
 
-    from .handlers import METRICS  # importing registers the handlers
+    from .handlers import register
+    from .metrics import METRICS
+
+    register()
 
     if args.metrics_port:
         METRICS.serve(args.metrics_port)
-    namespaces = args.namespace or _env_list("ACCELBENCH_NAMESPACES")
+    namespaces = args.namespace or _env_list(ENV_OPERATOR_NAMESPACES)
     kopf.run(
         clusterwide=not namespaces,
         namespaces=namespaces,

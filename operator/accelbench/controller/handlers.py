@@ -7,6 +7,8 @@
   phase/conditions/cost/results, and patch the status only when it changed; one event per transition.
 - delete (optional, no finalizer): drop the resource's metric series. Children go by ownerReferences.
 
+Nothing registers at import: `register()` attaches the handlers (python -m accelbench.controller
+calls it), so importing this module for a test or a benchmark starts nothing.
 No handler returns a value: kopf would store it in the status under the handler's id.
 """
 
@@ -18,181 +20,44 @@ import os
 import random
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import kopf
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from accelbench.api import GROUP, VERSION, FinetuneJob, InferenceBench, parse_resource
-from accelbench.api.status import ConditionType, Reason
-
-from .children import (
-    NAME_LABEL,
-    accelerator_label,
-    children_of,
-    leave_suspend_to_kueue,
-    owned,
-    plan_status,
+from ..api import GROUP, VERSION, FinetuneJob, InferenceBench, parse_resource
+from ..api.contract import (
+    ENV_OPERATOR_EVENT_LEVEL,
+    ENV_OPERATOR_OBSERVE_INTERVAL,
+    ENV_OPERATOR_PEERING,
+    ENV_OPERATOR_PRICES_CONFIGMAP,
+    ENV_OPERATOR_WORKERS,
+    LABEL_NAME,
 )
-from .conditions import (
-    conditions_to_wire,
-    find_condition,
-    make_condition,
-    merge_conditions,
-    now_rfc3339,
-    parse_conditions,
-)
+from ..api.status import ConditionType, Reason
+from .children import accelerator_label, build_children, leave_suspend_to_kueue, plan_status
+from .conditions import find_condition, parse_conditions
 from .kube import Kube, api_error_message, load_config
-from .metrics import METRICS, Metrics
+from .manifest import manifest_of, spec_error_message
+from .metrics import METRICS
 from .progress import PROGRESS_ROLE, final_progress, read_progress, same_progress
 from .reconcile import client_to_resume, observe_resource, server_admitted, server_to_stop
-from .status import Price, applied_status, invalid_spec_status, is_terminal, spec_invalid, status_patch
-
-PLURALS = (FinetuneJob.PLURAL, InferenceBench.PLURAL)
-OBSERVE_INTERVAL = float(os.environ.get("ACCELBENCH_OBSERVE_INTERVAL", "5"))
-RECONCILE_ERROR = "ReconcileError"  # a bug or an unexpected failure on our side, not the user's spec
-# The apiserver refused a child (e.g. an edit that would change an immutable Job template). The run
-# that exists keeps going and keeps being observed, so this is not InvalidSpec and not phase Failed.
-APPLY_REJECTED = "ApplyRejected"
-SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-# Annotations kopf itself writes with our prefix; they are bookkeeping, not part of the manifest.
-KOPF_ANNOTATIONS = (
-    f"{GROUP}/last-handled-configuration",
-    f"{GROUP}/kopf-managed",
-    f"{GROUP}/ensure_children",
+from .state import DEFAULT_PRICES_CONFIGMAP, ControllerState, operator_namespace
+from .status import (
+    APPLY_REJECTED,
+    Price,
+    applied_status,
+    finished,
+    invalid_spec_status,
+    not_ready_status,
+    spec_invalid,
+    status_patch,
 )
 
-
-def operator_namespace() -> str:
-    """Where the price ConfigMap lives: env, else the pod's own namespace, else accelbench-system."""
-    explicit = os.environ.get("ACCELBENCH_PRICES_NAMESPACE") or os.environ.get("POD_NAMESPACE")
-    if explicit:
-        return explicit
-    try:
-        return SA_NAMESPACE_FILE.read_text().strip() or "accelbench-system"
-    except OSError:
-        return "accelbench-system"
-
-
-@dataclass
-class ControllerState:
-    """Shared by every handler through kopf's memo (each object's memo is a shallow copy of this one)."""
-
-    kube: Kube
-    metrics: Metrics
-    price_namespace: str
-    price_config_map: str
-    catalog_ttl_s: float = 60.0
-    _catalog: Any = field(default=None, repr=False)
-    _loaded_at: float = field(default=float("-inf"), repr=False)
-
-    def catalog(self) -> Any:
-        """The catalog with ConfigMap price overrides, re-read at most once a minute."""
-        if self._catalog is None or time.monotonic() - self._loaded_at > self.catalog_ttl_s:
-            self._catalog = self._load_catalog()
-            self._loaded_at = time.monotonic()
-        return self._catalog
-
-    def _load_catalog(self) -> Any:
-        from accelbench.catalog import load_catalog, parse_image_overrides, parse_price_overrides
-
-        log = logging.getLogger(__name__)
-        try:
-            data = self.kube.read_config_map_data(self.price_namespace, self.price_config_map)
-        except (ApiException, HTTPError, OSError) as exc:
-            # No RBAC or no apiserver for it: catalog prices are still correct, just not overridden.
-            log.warning(
-                "price ConfigMap %s/%s unreadable: %s", self.price_namespace, self.price_config_map, exc
-            )
-            data = None
-        overrides, images = None, None
-        if data:
-            try:
-                overrides = parse_price_overrides(data)
-            except ValueError as exc:
-                log.warning("ignoring the prices in ConfigMap %s: %s", self.price_config_map, exc)
-            try:
-                images = parse_image_overrides(data)
-            except ValueError as exc:
-                log.warning("ignoring the images in ConfigMap %s: %s", self.price_config_map, exc)
-        try:
-            return load_catalog(price_overrides=overrides, image_overrides=images)
-        except ValueError as exc:  # an unknown accelerator name: keep the built-in catalog
-            log.warning("ignoring ConfigMap %s: %s", self.price_config_map, exc)
-            return load_catalog()
-
-
-# --- pure-ish helpers --------------------------------------------------------------------------
-
-
-def manifest_of(body: Mapping[str, Any]) -> dict[str, Any]:
-    """The resource as a user wrote it: spec and identity, without status and kopf's bookkeeping."""
-    meta = body.get("metadata") or {}
-    annotations = {
-        k: v for k, v in (meta.get("annotations") or {}).items() if not k.startswith(KOPF_ANNOTATIONS)
-    }
-    annotations.pop("kubectl.kubernetes.io/last-applied-configuration", None)
-    plain_meta = {
-        k: copy.deepcopy(meta[k]) for k in ("name", "namespace", "uid", "generation", "labels") if k in meta
-    }
-    plain_meta["annotations"] = annotations
-    return {
-        "apiVersion": body.get("apiVersion"),
-        "kind": body.get("kind"),
-        "metadata": plain_meta,
-        "spec": copy.deepcopy(dict(body.get("spec") or {})),
-    }
-
-
-def spec_error_message(exc: BaseException) -> str:
-    """A message a user can act on: pydantic errors described field by field when the helper exists."""
-    if isinstance(exc, KeyError) and exc.args:
-        return str(exc.args[0])
-    try:
-        from pydantic import ValidationError
-
-        from accelbench.errors import describe_validation_error  # written by another engineer
-
-        if isinstance(exc, ValidationError):
-            return str(describe_validation_error(exc))
-    except ImportError:
-        pass
-    return str(exc)
-
-
-def build_children(
-    resource: Any, catalog: Any, server_admitted: bool = False
-) -> tuple[Any, list[dict[str, Any]]]:
-    """Plan and render; PlanError (a ValueError) and KeyError (unknown accelerator) mean a bad spec.
-
-    `server_admitted` (InferenceBench): the live server Job runs, so a queued bench's client may too.
-    """
-    from accelbench.plan import plan_finetune, plan_inference
-    from accelbench.render import render_finetune, render_inference
-
-    if isinstance(resource, FinetuneJob):
-        plan = plan_finetune(resource.spec, catalog)
-        return plan, render_finetune(resource, plan, catalog)
-    plan = plan_inference(resource.spec, catalog)
-    return plan, render_inference(resource, plan, catalog, server_admitted)
-
-
-def finished(status: Mapping[str, Any]) -> bool:
-    """A run that started and ended is never re-run by a restart or an edit (it would cost money)."""
-    ready = find_condition(parse_conditions(status.get("conditions")), ConditionType.READY.value)
-    return is_terminal(status) and ready is not None and ready.status == "True"
-
-
-def not_ready_status(
-    current: Mapping[str, Any], message: str, generation: int | None, reason: str = RECONCILE_ERROR
-) -> dict[str, Any]:
-    ready = make_condition(ConditionType.READY.value, False, reason, message, generation)
-    merged = merge_conditions(parse_conditions(current.get("conditions")), [ready], now=now_rfc3339())
-    return {"conditions": conditions_to_wire(merged), "message": message}
+KINDS = (FinetuneJob, InferenceBench)
+OBSERVE_INTERVAL = float(os.environ.get(ENV_OPERATOR_OBSERVE_INTERVAL, "5"))
 
 
 def _state(memo: Any) -> ControllerState:
@@ -214,9 +79,9 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.
     settings.scanning.disabled = True
     # Sync handlers share kopf's thread pool; the default (a handful of threads) serialized child
     # creation and observer passes at scale (benchmarks/scale: status lagged pods by up to 94 s).
-    settings.execution.max_workers = int(os.environ.get("ACCELBENCH_WORKERS", "32"))
-    settings.posting.level = logging.getLevelName(os.environ.get("ACCELBENCH_EVENT_LEVEL", "INFO").upper())
-    peering = os.environ.get("ACCELBENCH_PEERING", "").strip()
+    settings.execution.max_workers = int(os.environ.get(ENV_OPERATOR_WORKERS, "32"))
+    settings.posting.level = logging.getLevelName(os.environ.get(ENV_OPERATOR_EVENT_LEVEL, "INFO").upper())
+    peering = os.environ.get(ENV_OPERATOR_PEERING, "").strip()
     if peering:
         settings.peering.standalone = False
         settings.peering.name = "accelbench" if peering.lower() in ("1", "true", "yes") else peering
@@ -234,7 +99,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.
             kube=Kube(),
             metrics=METRICS,
             price_namespace=operator_namespace(),
-            price_config_map=os.environ.get("ACCELBENCH_PRICES_CONFIGMAP", "accelbench-prices"),
+            price_config_map=os.environ.get(ENV_OPERATOR_PRICES_CONFIGMAP, DEFAULT_PRICES_CONFIGMAP),
         )
     logger.info("accelbench controller configured (peering: %s)", peering or "standalone")
 
@@ -247,11 +112,11 @@ def _plain(body: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def accelbench_jobs(namespace: str, labels: Mapping[str, str], body: kopf.Body, **_: Any) -> dict[Any, Any]:
-    return {(namespace, labels[NAME_LABEL]): _plain(body)}
+    return {(namespace, labels[LABEL_NAME]): _plain(body)}
 
 
 def accelbench_pods(namespace: str, labels: Mapping[str, str], body: kopf.Body, **_: Any) -> dict[Any, Any]:
-    return {(namespace, labels[NAME_LABEL]): _plain(body)}
+    return {(namespace, labels[LABEL_NAME]): _plain(body)}
 
 
 # --- ensure children ---------------------------------------------------------------------------
@@ -279,15 +144,14 @@ def _ensure(
     only_kind_name: tuple[str, str] | None = None,
 ) -> str:
     """Render and apply the children (all of them, or only `only_kind_name`), then record them."""
-    manifest = manifest_of(body)
     existing_jobs = [j["metadata"]["name"] for j in jobs]
     try:
-        resource = parse_resource(manifest)
-        plan, objects = build_children(resource, state.catalog(), server_admitted(current, jobs))
+        resource = parse_resource(manifest_of(body))
+        plan, rendered = build_children(resource, state.catalog(), server_admitted(current, jobs))
     except (ValueError, KeyError) as exc:
         return _refuse(body, current, spec_error_message(exc), generation, patch)
 
-    children = [leave_suspend_to_kueue(owned(obj, manifest), existing_jobs) for obj in objects]
+    children = [leave_suspend_to_kueue(obj, existing_jobs) for obj in rendered.objects]
     chosen = [c for c in children if only_kind_name in (None, (c["kind"], c["metadata"]["name"]))]
     for child in chosen:
         ref = f"{child['kind']}/{child['metadata']['name']}"
@@ -311,7 +175,7 @@ def _ensure(
         current,
         plan_status=plan_status(plan).to_wire(),
         accelerator=accelerator_label(plan),
-        children=children_of(children),
+        children=rendered.children,
         price=Price(plan.chips, plan.dollars_per_chip_hour, plan.price_source),
         generation=generation,
         now=datetime.now(UTC),
@@ -423,15 +287,13 @@ def forget_resource(body: kopf.Body, namespace: str, name: str, memo: kopf.Memo,
 def register(registry: kopf.OperatorRegistry | None = None) -> None:
     """Attach the handlers for both kinds (to kopf's default registry unless one is given)."""
     kopf.on.startup(registry=registry)(configure)
-    # Children carry accelbench.io/name (pod templates too), so both watches stay small.
-    kopf.index("batch", "v1", "jobs", labels={NAME_LABEL: kopf.PRESENT}, registry=registry)(accelbench_jobs)
-    kopf.index("", "v1", "pods", labels={NAME_LABEL: kopf.PRESENT}, registry=registry)(accelbench_pods)
-    for plural in PLURALS:
+    # Children carry LABEL_NAME (pod templates too), so both watches stay small.
+    kopf.index("batch", "v1", "jobs", labels={LABEL_NAME: kopf.PRESENT}, registry=registry)(accelbench_jobs)
+    kopf.index("", "v1", "pods", labels={LABEL_NAME: kopf.PRESENT}, registry=registry)(accelbench_pods)
+    for kind in KINDS:
+        plural = kind.PLURAL
         kopf.on.resume(GROUP, VERSION, plural, registry=registry)(ensure_children)
         kopf.on.create(GROUP, VERSION, plural, registry=registry)(ensure_children)
         kopf.on.update(GROUP, VERSION, plural, registry=registry)(ensure_children)
         kopf.timer(GROUP, VERSION, plural, interval=OBSERVE_INTERVAL, registry=registry)(observe_children)
         kopf.on.delete(GROUP, VERSION, plural, optional=True, registry=registry)(forget_resource)
-
-
-register()

@@ -1,4 +1,4 @@
-"""Thin Kubernetes I/O: server-side apply of children, reads by label, the price ConfigMap, status.
+"""Thin Kubernetes I/O: server-side apply of children, reads by label, the price ConfigMap, deletes.
 
 Requests go through the kubernetes client's ApiClient (auth, TLS, proxies) but bodies stay plain
 camelCase dicts, the same shape render/ produces and observe/ reads, with no model round trip.
@@ -15,24 +15,21 @@ from urllib.parse import quote
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from ..api.contract import MANAGED_BY
+
 log = logging.getLogger(__name__)
 
-FIELD_MANAGER = "accelbench-operator"
+FIELD_MANAGER = MANAGED_BY  # server-side apply owner of every field the operator renders
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"  # JSON is YAML, so a JSON body is fine
-MERGE_CONTENT_TYPE = "application/merge-patch+json"
 
 # Plurals of the kinds the renderer emits; anything else is refused rather than guessed.
 PLURALS: dict[str, str] = {
     "Job": "jobs",
     "Service": "services",
     "ConfigMap": "configmaps",
-    "Deployment": "deployments",
     "ServiceAccount": "serviceaccounts",
     "Role": "roles",
     "RoleBinding": "rolebindings",
-    "StatefulSet": "statefulsets",
-    "Pod": "pods",
-    "Event": "events",
     "FinetuneJob": "finetunejobs",
     "InferenceBench": "inferencebenches",
 }
@@ -48,12 +45,16 @@ def resource_path(api_version: str, kind: str, namespace: str | None, name: str 
     return f"{path}/{quote(name, safe='')}" if name else path
 
 
-def load_config() -> None:
-    """In a pod: the service account; elsewhere: the kubeconfig (the local control plane)."""
-    try:
-        config.load_incluster_config()
-    except config.ConfigException:
-        config.load_kube_config()
+def load_config(kubeconfig: str | None = None, context: str | None = None) -> None:
+    """An explicit kubeconfig or context wins; else in a pod its service account; else the default
+    kubeconfig (the local control plane, a user's laptop)."""
+    if kubeconfig is None and context is None:
+        try:
+            config.load_incluster_config()
+            return
+        except config.ConfigException:
+            pass
+    config.load_kube_config(config_file=kubeconfig, context=context)
 
 
 class Kube:
@@ -113,8 +114,10 @@ class Kube:
             if exc.status != 404:
                 raise
 
-    def list(self, api_version: str, kind: str, namespace: str, label_selector: str) -> list[dict[str, Any]]:
-        """All objects matching the selector, following `continue` tokens."""
+    def list(
+        self, api_version: str, kind: str, namespace: str | None, label_selector: str = ""
+    ) -> list[dict[str, Any]]:
+        """All objects matching the selector (every namespace when None), following `continue`."""
         items: list[dict[str, Any]] = []
         token = ""
         while True:
@@ -131,13 +134,6 @@ class Kube:
         """The data of a ConfigMap, or None when it does not exist (no price overrides then)."""
         found = self.get("v1", "ConfigMap", namespace, name)
         return None if found is None else dict(found.get("data") or {})
-
-    def patch_status(
-        self, api_version: str, kind: str, namespace: str, name: str, status: Mapping[str, Any]
-    ) -> dict[str, Any]:
-        """Merge-patch the status subresource (outside kopf handlers; inside them kopf's `patch` is used)."""
-        path = resource_path(api_version, kind, namespace, name) + "/status"
-        return self._call("PATCH", path, body={"status": dict(status)}, content_type=MERGE_CONTENT_TYPE)
 
 
 def api_error_message(exc: ApiException) -> str:

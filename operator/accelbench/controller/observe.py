@@ -14,15 +14,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from accelbench.api.status import Condition, ConditionType, Phase, Reason
-
+from ..api.contract import COMPLETION_INDEX_KEY, JOB_NAME_LABELS, LABEL_KUEUE_QUEUE
+from ..api.status import Condition, ConditionType, Phase, Reason
 from .conditions import make_condition
 
 Obj = Mapping[str, Any]
-
-KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
-COMPLETION_INDEX_KEY = "batch.kubernetes.io/job-completion-index"
 
 IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
 # Pod-level reasons the kubelet writes when it, not the workload, ended the pod.
@@ -306,7 +302,7 @@ def _succeeded(job: Obj, pods: Sequence[Obj], complete: Mapping[str, Any]) -> Ob
 
 def _suspended(job: Obj) -> Observation:
     labels = _meta(job).get("labels") or {}
-    queue = labels.get(KUEUE_QUEUE_LABEL)
+    queue = labels.get(LABEL_KUEUE_QUEUE)
     if queue:
         reason, message = Reason.QUEUED.value, f"waiting in Kueue queue {queue} for admission"
     else:

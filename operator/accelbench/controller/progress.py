@@ -1,16 +1,16 @@
 """Live progress: the operator scrapes a running worker's metrics into status.progress.
 
-The fine-tuning worker serves Prometheus gauges (workers/metrics.py: accelbench_worker_step,
-_total_steps, _loss, _tokens_per_second, _mfu); the bench client serves step = cells measured,
+The fine-tuning worker serves Prometheus gauges (workers/metrics.py; names and the status fields
+they fill in api.contract.PROGRESS_GAUGES); the bench client serves step = cells measured,
 totalSteps = cells planned, tokensPerSecond = the last cell's output tokens/s. On its observe
 timer the operator finds the running pod of completion index 0 (of the role that reports),
 reads its /metrics with a short timeout, and writes the figures with the time it read them.
 A pod that does not answer, or answers garbage, leaves status.progress as it was: progress is a
 convenience, never a reason for a condition or an error.
 
-Where to connect: the pod IP and the port of the annotation `prometheus.io/port` (the renderer sets
-it to the container's `metrics` port, the convention annotation-based Prometheus set-ups read),
-else the container port named `metrics`. A local executor that maps ports, as hack/localexec.py
+Where to connect: the pod IP and the port of the ANNOTATION_PORT annotation (the renderer sets it
+to the container's metrics port, the convention annotation-based Prometheus set-ups read), else
+the container port named METRICS_PORT_NAME. A local executor that maps ports, as hack/localexec.py
 does, rewrites the annotation on the pods it runs.
 """
 
@@ -25,21 +25,20 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from ..render.meta import METRICS_PATH, METRICS_PORT_NAME, PATH_ANNOTATION, PORT_ANNOTATION
-from ..render.names import LABEL_ROLE, Role
+from ..api.contract import (
+    ANNOTATION_PATH,
+    ANNOTATION_PORT,
+    LABEL_ROLE,
+    METRICS_PATH,
+    METRICS_PORT_NAME,
+    PROGRESS_GAUGES,
+    Role,
+)
 from .observe import completion_index
 
 SCRAPE_TIMEOUT_SECONDS = 2.0
 MAX_BYTES = 1 << 20  # a metrics page of ours is < 4 KiB; anything far larger is not ours
 
-# gauge -> status.progress field (wire names)
-GAUGES: dict[str, str] = {
-    "accelbench_worker_step": "step",
-    "accelbench_worker_total_steps": "totalSteps",
-    "accelbench_worker_loss": "loss",
-    "accelbench_worker_tokens_per_second": "tokensPerSecond",
-    "accelbench_worker_mfu": "mfu",
-}
 INTEGER_FIELDS = frozenset({"step", "totalSteps"})
 # Whose metrics tell the progress: rank 0 of the training Job; the load generator of a bench.
 PROGRESS_ROLE = {"FinetuneJob": Role.TRAIN.value, "InferenceBench": Role.CLIENT.value}
@@ -60,7 +59,7 @@ def metrics_url(pods: Iterable[Mapping[str, Any]], role: str | None = None) -> s
         port = _port_of(pod)
         if port is None:
             continue
-        path = (meta.get("annotations") or {}).get(PATH_ANNOTATION) or METRICS_PATH
+        path = (meta.get("annotations") or {}).get(ANNOTATION_PATH) or METRICS_PATH
         host = status["podIP"]
         host = f"[{host}]" if ":" in host else host  # IPv6
         return f"http://{host}:{port}{path if path.startswith('/') else '/' + path}"
@@ -68,7 +67,7 @@ def metrics_url(pods: Iterable[Mapping[str, Any]], role: str | None = None) -> s
 
 
 def _port_of(pod: Mapping[str, Any]) -> int | None:
-    annotated = ((pod.get("metadata") or {}).get("annotations") or {}).get(PORT_ANNOTATION)
+    annotated = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_PORT)
     if annotated is not None:
         try:
             port = int(annotated)
@@ -88,7 +87,7 @@ def parse_progress(text: str, now: datetime) -> dict[str, Any] | None:
     found: dict[str, Any] = {}
     try:
         for family in text_string_to_metric_families(text):
-            field = GAUGES.get(family.name)
+            field = PROGRESS_GAUGES.get(family.name)
             if field is None:
                 continue
             for sample in family.samples:

@@ -11,11 +11,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from accelbench.api.status import Children, Phase, Reason
-
+from ..api.status import Children, Phase, Reason
+from ..cost import parse_time
 from .children import select_pods
 from .conditions import parse_conditions
-from .cost import parse_time
 from .ingest import Ingested, ingest
 from .observe import Observation, observe
 from .status import (
@@ -103,9 +102,9 @@ def observe_resource(
     if spec_invalid(status, generation):
         return None
     children = _children(status)
-    # A FinetuneJob is its train Job; an InferenceBench is measured by its client Job (the server
-    # Job never completes by itself), while the pods of both feed the conditions.
-    watched = (children.job or children.client) if children is not None else None
+    # children.job reports: a FinetuneJob's train Job, an InferenceBench's client Job (the server
+    # Job never completes by itself); the pods of both feed the conditions.
+    watched = children.job if children is not None else None
     if not watched:
         return None
     job = next((j for j in jobs if (j.get("metadata") or {}).get("name") == watched), None)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from accelbench.api.status import (
+from ..api.status import (
     BenchResults,
     Children,
     Condition,
@@ -20,7 +20,7 @@ from accelbench.api.status import (
     Phase,
     Reason,
 )
-
+from ..cost import compute_cost, with_serving_cost
 from .conditions import (
     conditions_to_wire,
     find_condition,
@@ -30,9 +30,13 @@ from .conditions import (
     parse_conditions,
     remove_condition,
 )
-from .cost import compute_cost, with_serving_cost
 from .ingest import Ingested
 from .observe import Observation
+
+RECONCILE_ERROR = "ReconcileError"  # a bug or an unexpected failure on our side, not the user's spec
+# The apiserver refused a child (e.g. an edit that would change an immutable Job template). The run
+# that exists keeps going and keeps being observed, so this is not InvalidSpec and not phase Failed.
+APPLY_REJECTED = "ApplyRejected"
 
 # A worker's own ok=false is more telling than a bare exit code, but not than these platform causes.
 PLATFORM_FAILURES = frozenset({Reason.DEADLINE_EXCEEDED, Reason.OOM_KILLED, Reason.PREEMPTED})
@@ -61,6 +65,21 @@ def price_from_status(status: Mapping[str, Any]) -> Price | None:
 
 def is_terminal(status: Mapping[str, Any]) -> bool:
     return status.get("phase") in TERMINAL
+
+
+def finished(status: Mapping[str, Any]) -> bool:
+    """A run that started and ended is never re-run by a restart or an edit (it would cost money)."""
+    ready = find_condition(parse_conditions(status.get("conditions")), ConditionType.READY.value)
+    return is_terminal(status) and ready is not None and ready.status == "True"
+
+
+def not_ready_status(
+    current: Mapping[str, Any], message: str, generation: int | None, reason: str = RECONCILE_ERROR
+) -> dict[str, Any]:
+    """Ready=False with `reason`, the rest of the status as it is."""
+    ready = make_condition(ConditionType.READY.value, False, reason, message, generation)
+    merged = merge_conditions(parse_conditions(current.get("conditions")), [ready], now=now_rfc3339())
+    return {"conditions": conditions_to_wire(merged), "message": message}
 
 
 def spec_invalid(status: Mapping[str, Any], generation: int | None) -> bool:

@@ -1,5 +1,9 @@
 """The decoder shape and math switches, read from a Hugging Face config.json.
 
+The dimensions (widths, heads, layer pattern, Gemma 4's global-layer shape and defaults) come from
+catalog.hf_config, the reader the FLOPs count uses too; this module adds what only the JAX model
+needs (rope, norms, soft-caps, attention scale) and refuses what it does not implement.
+
 One `ModelConfig` describes every supported family; the differences (Gemma 3's (1+scale) norms, q/k
 norms, sandwich norms, scaled embeddings, soft-capping, local/global layers; Llama's rope scaling;
 Gemma 4's per-layer-type head sizes, shared k/v projection, value norm, proportional rope and layer
@@ -10,12 +14,12 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-SLIDING = "sliding_attention"
-FULL = "full_attention"
+from ..catalog.hf_config import FULL, SLIDING, HfConfigError, TextConfig, text_config
 
 
 class UnsupportedModelError(ValueError):
@@ -103,11 +107,6 @@ class ModelConfig:
         return total
 
 
-def text_config(raw: dict[str, Any]) -> dict[str, Any]:
-    """Multimodal Gemma 3 and Gemma 4 checkpoints nest the decoder's config under text_config."""
-    return raw.get("text_config", raw)
-
-
 def load_config(model_dir: str | Path) -> ModelConfig:
     raw = json.loads((Path(model_dir) / "config.json").read_text())
     return config_from_hf(raw)
@@ -115,29 +114,31 @@ def load_config(model_dir: str | Path) -> ModelConfig:
 
 def config_from_hf(raw: dict[str, Any]) -> ModelConfig:
     model_type = raw.get("model_type", "")
-    text = text_config(raw)
-    if model_type in ("gemma3", "gemma3_text"):
-        return _gemma3(text, raw)
-    if model_type in ("gemma4", "gemma4_text"):
-        return _gemma4(text, raw)
-    if model_type == "llama":
-        return _llama(text, raw)
-    raise UnsupportedModelError(
-        f"model_type {model_type!r}: the JAX path supports llama, gemma3 and gemma4 (dense text decoder)"
-    )
+    build = _BUILDERS.get(model_type)
+    if build is None:
+        raise UnsupportedModelError(
+            f"model_type {model_type!r}: the JAX path supports llama, gemma3 and gemma4 (dense text decoder)"
+        )
+    try:
+        text = text_config(raw)  # catalog.hf_config owns the dimensions; this module the math switches
+    except HfConfigError as exc:
+        raise UnsupportedModelError(str(exc)) from None
+    return build(text, raw)
 
 
-def _common(text: dict[str, Any]) -> dict[str, Any]:
-    heads = text["num_attention_heads"]
+def _dimensions(text: TextConfig) -> dict[str, Any]:
+    """ModelConfig's dimension fields, as the shared config.json reader gives them."""
     return {
-        "vocab_size": text["vocab_size"],
-        "hidden": text["hidden_size"],
-        "layers": text["num_hidden_layers"],
-        "heads": heads,
-        "kv_heads": text.get("num_key_value_heads") or heads,
-        "head_dim": text.get("head_dim") or text["hidden_size"] // heads,
-        "intermediate": text["intermediate_size"],
-        "norm_eps": text.get("rms_norm_eps", 1e-6),
+        "vocab_size": text.vocab,
+        "hidden": text.hidden,
+        "layers": text.layers,
+        "heads": text.heads,
+        "kv_heads": text.kv_heads,
+        "head_dim": text.head_dim,
+        "intermediate": text.intermediate,
+        "norm_eps": text.norm_eps,
+        "tied_embeddings": text.tied_embeddings,
+        "layer_types": text.layer_types,
     }
 
 
@@ -157,35 +158,25 @@ def _rope_spec(params: dict[str, Any] | None, default_theta: float) -> RopeSpec:
     )
 
 
-def _llama(text: dict[str, Any], raw: dict[str, Any]) -> ModelConfig:
-    if text.get("attention_bias") or text.get("mlp_bias"):
+def _llama(text: TextConfig, raw: dict[str, Any]) -> ModelConfig:
+    fields = text.fields
+    if fields.get("attention_bias") or fields.get("mlp_bias"):
         raise UnsupportedModelError("llama with projection biases is not implemented in the JAX path")
-    common = _common(text)
     # transformers 5 writes rope_parameters; older files carry rope_theta + rope_scaling.
-    params = text.get("rope_parameters") or {
-        **(text.get("rope_scaling") or {}),
-        "rope_theta": text.get("rope_theta", 10000.0),
+    params = fields.get("rope_parameters") or {
+        **(fields.get("rope_scaling") or {}),
+        "rope_theta": fields.get("rope_theta", 10000.0),
     }
     return ModelConfig(
         family="llama",
-        tied_embeddings=bool(text.get("tie_word_embeddings", raw.get("tie_word_embeddings", False))),
-        layer_types=(FULL,) * common["layers"],
         rope={FULL: _rope_spec(params, 10000.0)},
-        attn_scale=common["head_dim"] ** -0.5,
+        attn_scale=text.head_dim**-0.5,
         hf_config=raw,
-        **common,
+        **_dimensions(text),
     )
 
 
-def _gemma3_layer_types(text: dict[str, Any], layers: int) -> tuple[str, ...]:
-    if text.get("layer_types"):
-        return tuple(text["layer_types"])
-    # Older config files give only the period: every Nth layer is global.
-    pattern = text.get("sliding_window_pattern") or text.get("_sliding_window_pattern") or 6
-    return tuple(FULL if (i + 1) % pattern == 0 else SLIDING for i in range(layers))
-
-
-def _gemma3_rope(text: dict[str, Any]) -> dict[str, RopeSpec]:
+def _gemma3_rope(text: Mapping[str, Any]) -> dict[str, RopeSpec]:
     params = text.get("rope_parameters")
     if params and SLIDING in params:
         return {kind: _rope_spec(params.get(kind), 10000.0) for kind in (SLIDING, FULL)}
@@ -196,48 +187,29 @@ def _gemma3_rope(text: dict[str, Any]) -> dict[str, RopeSpec]:
     }
 
 
-def _gemma3(text: dict[str, Any], raw: dict[str, Any]) -> ModelConfig:
-    if text.get("use_bidirectional_attention"):
+def _gemma3(text: TextConfig, raw: dict[str, Any]) -> ModelConfig:
+    fields = text.fields
+    if fields.get("use_bidirectional_attention"):
         raise UnsupportedModelError("bidirectional Gemma 3 (embedding models) is not a causal LM")
-    common = _common(text)
     return ModelConfig(
         family="gemma3",
-        # Gemma 3 always ties the output projection to the input embedding.
-        tied_embeddings=bool(text.get("tie_word_embeddings", raw.get("tie_word_embeddings", True))),
-        layer_types=_gemma3_layer_types(text, common["layers"]),
-        rope=_gemma3_rope(text),
-        sliding_window=text.get("sliding_window"),
-        attn_scale=float(text.get("query_pre_attn_scalar", common["head_dim"])) ** -0.5,
-        attn_softcap=text.get("attn_logit_softcapping"),
-        final_softcap=text.get("final_logit_softcapping"),
+        rope=_gemma3_rope(fields),
+        sliding_window=text.sliding_window,
+        attn_scale=float(fields.get("query_pre_attn_scalar", text.head_dim)) ** -0.5,
+        attn_softcap=fields.get("attn_logit_softcapping"),
+        final_softcap=fields.get("final_logit_softcapping"),
         hf_config=raw,
-        **common,
+        **_dimensions(text),
     )
 
 
-# Gemma4TextConfig's defaults (transformers 5.17 and 5.24 agree) for the fields read here with .get:
-# a config.json written by transformers carries them all, hand-written ones may not.
-_GEMMA4_DEFAULTS: dict[str, Any] = {
-    "num_key_value_heads": 4,
-    "head_dim": 256,
-    "rms_norm_eps": 1e-6,
-    "hidden_activation": "gelu_pytorch_tanh",
-    "sliding_window": 512,
-    "final_logit_softcapping": None,
-    "attention_bias": False,
-    "attention_k_eq_v": False,
-    "hidden_size_per_layer_input": 256,  # per-layer embeddings ON unless the config says 0/null
-    "num_kv_shared_layers": 0,
-    "enable_moe_block": False,
-    "use_bidirectional_attention": None,
-}
 _GEMMA4_ROPE: dict[str, dict[str, Any]] = {
     SLIDING: {"rope_type": "default", "rope_theta": 10_000.0},
     FULL: {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1_000_000.0},
 }
 
 
-def _gemma4_refusals(text: dict[str, Any]) -> None:
+def _gemma4_refusals(text: Mapping[str, Any]) -> None:
     """Gemma 4 variants whose extra machinery the JAX path does not implement: refuse, never approximate."""
     if text["hidden_size_per_layer_input"]:
         raise UnsupportedModelError(
@@ -268,48 +240,16 @@ def _gemma4_refusals(text: dict[str, Any]) -> None:
         )
 
 
-def _gemma4_layer_types(text: dict[str, Any], layers: int) -> tuple[str, ...]:
-    kinds = list(text.get("layer_types") or [FULL if (i + 1) % 6 == 0 else SLIDING for i in range(layers)])
-    if set(kinds) - {FULL, SLIDING}:
+def _gemma4_layer_kinds(text: Mapping[str, Any]) -> None:
+    """Refuses attention kinds other than sliding and full (checked on the file's own list)."""
+    kinds = set(text.get("layer_types") or ())
+    if kinds - {FULL, SLIDING}:
         raise UnsupportedModelError(
-            f"Gemma 4 layer types {sorted(set(kinds))} are not implemented in the JAX path"
+            f"Gemma 4 layer types {sorted(kinds)} are not implemented in the JAX path"
         )
-    kinds[-1] = FULL  # transformers forces the last layer to full attention
-    return tuple(kinds)
 
 
-def _gemma4_global_shape(text: dict[str, Any], layer_types: tuple[str, ...]) -> tuple[int, int | None]:
-    """(head_dim, kv_heads or None) of the full-attention layers.
-
-    transformers writes them as per_layer_config {layer index: overrides}; older files (and the
-    published checkpoints) give global_head_dim (default 512) and num_global_key_value_heads, the
-    latter used only when attention_k_eq_v is set.
-    """
-    per_layer = text.get("per_layer_config")
-    if per_layer is None:
-        kv = text.get("num_global_key_value_heads") if text["attention_k_eq_v"] else None
-        return int(text.get("global_head_dim", 512) or text["head_dim"]), kv
-    by_index = {int(k): dict(v or {}) for k, v in per_layer.items()}
-    if set(by_index) - set(range(len(layer_types))):
-        raise UnsupportedModelError(
-            f"Gemma 4 per_layer_config names layers {sorted(by_index)} the model lacks"
-        )
-    full = {i for i, kind in enumerate(layer_types) if kind == FULL}
-    seen = {json.dumps(by_index.get(i, {}), sort_keys=True) for i in full}
-    local = [i for i, o in by_index.items() if o and i not in full]
-    if len(seen) > 1 or local:
-        raise UnsupportedModelError(
-            "Gemma 4 per_layer_config must give every full-attention layer the same overrides and the "
-            f"sliding layers none; got {per_layer}"
-        )
-    overrides = by_index.get(min(full), {}) if full else {}
-    unknown = set(overrides) - {"head_dim", "num_key_value_heads"}
-    if unknown:
-        raise UnsupportedModelError(f"Gemma 4 per-layer overrides {sorted(unknown)} are not implemented")
-    return int(overrides.get("head_dim") or text["head_dim"]), overrides.get("num_key_value_heads")
-
-
-def _gemma4_rope(text: dict[str, Any]) -> dict[str, RopeSpec]:
+def _gemma4_rope(text: Mapping[str, Any]) -> dict[str, RopeSpec]:
     params = text.get("rope_parameters") or _GEMMA4_ROPE
     out = {}
     for kind in (SLIDING, FULL):
@@ -322,26 +262,31 @@ def _gemma4_rope(text: dict[str, Any]) -> dict[str, RopeSpec]:
     return out
 
 
-def _gemma4(text: dict[str, Any], raw: dict[str, Any]) -> ModelConfig:
-    text = {**_GEMMA4_DEFAULTS, **text}
-    _gemma4_refusals(text)
-    common = _common(text)
-    layer_types = _gemma4_layer_types(text, common["layers"])
-    global_head_dim, global_kv_heads = _gemma4_global_shape(text, layer_types)
+def _gemma4(text: TextConfig, raw: dict[str, Any]) -> ModelConfig:
+    fields = text.fields  # Gemma4TextConfig's defaults applied (catalog.hf_config.GEMMA4_DEFAULTS)
+    _gemma4_refusals(fields)
+    _gemma4_layer_kinds(fields)
     return ModelConfig(
         family="gemma4",
-        tied_embeddings=bool(text.get("tie_word_embeddings", raw.get("tie_word_embeddings", True))),
-        layer_types=layer_types,
-        rope=_gemma4_rope(text),
-        sliding_window=text["sliding_window"],
+        rope=_gemma4_rope(fields),
+        sliding_window=text.sliding_window,
         attn_scale=1.0,  # q and k are RMS-normed; transformers' Gemma 4 attention uses scaling 1.0
         attn_softcap=None,  # Gemma 4 has no attention-logit soft-cap
-        final_softcap=text["final_logit_softcapping"],
-        global_head_dim=global_head_dim,
-        global_kv_heads=global_kv_heads,
-        k_eq_v=bool(text["attention_k_eq_v"]),
+        final_softcap=fields["final_logit_softcapping"],
+        global_head_dim=text.global_head_dim,
+        global_kv_heads=text.global_kv_heads,
+        k_eq_v=text.k_eq_v,
         value_norm=True,
         layer_scalar=True,
         hf_config=raw,
-        **common,
+        **_dimensions(text),
     )
+
+
+_BUILDERS: dict[str, Callable[[TextConfig, dict[str, Any]], ModelConfig]] = {
+    "llama": _llama,
+    "gemma3": _gemma3,
+    "gemma3_text": _gemma3,
+    "gemma4": _gemma4,
+    "gemma4_text": _gemma4,
+}

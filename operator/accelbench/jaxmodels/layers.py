@@ -24,6 +24,7 @@ from flax import nnx
 
 import jax
 
+from ..api.contract import ENV_JAX_ATTENTION
 from .config import FULL, SLIDING, ModelConfig, RopeSpec
 from .lora import LoRA
 
@@ -138,7 +139,7 @@ def causal_mask(t: int, sliding_window: int | None) -> jax.Array:
 # causal rows when it takes the shapes, XLA otherwise), "cudnn" (insist on it), "xla"
 # (dot_product_attention's XLA path) or "einsum" (the plain path). jax's own default
 # (implementation None) is XLA, never cuDNN (jax 0.10-0.11), hence the choice made here.
-ATTENTION_IMPL = os.environ.get("ACCELBENCH_JAX_ATTENTION", "auto")
+ATTENTION_IMPL = os.environ.get(ENV_JAX_ATTENTION, "auto")
 
 
 def _implementation() -> str | None:

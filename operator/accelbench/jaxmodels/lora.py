@@ -27,10 +27,12 @@ from flax import nnx
 
 import jax
 
-# Hugging Face projection names, the vocabulary of FinetuneJob.spec.method.targetModules.
-ATTENTION_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
-MLP_TARGETS = ("gate_proj", "up_proj", "down_proj")
-ALL_TARGETS = ATTENTION_TARGETS + MLP_TARGETS
+from ..api.finetune import LORA_PROJECTIONS, LoraTarget, expand_lora_targets
+
+# Hugging Face projection names: FinetuneJob.spec.method.targetModules' vocabulary (api.LoraTarget).
+ALL_TARGETS = LORA_PROJECTIONS
+MLP_TARGETS = tuple(t.value for t in (LoraTarget.GATE_PROJ, LoraTarget.UP_PROJ, LoraTarget.DOWN_PROJ))
+ATTENTION_TARGETS = tuple(t for t in ALL_TARGETS if t not in MLP_TARGETS)
 
 
 class LoRA(nnx.Module):
@@ -68,10 +70,9 @@ class LoRA(nnx.Module):
 
 
 def validate_targets(targets: Sequence[str]) -> tuple[str, ...]:
-    unknown = sorted(set(targets) - set(ALL_TARGETS))
-    if unknown:
-        raise ValueError(f"LoRA targets {unknown} are not projections of this model; use {list(ALL_TARGETS)}")
-    return tuple(t for t in ALL_TARGETS if t in targets)
+    """The projections to adapt, in Hugging Face order: all-linear expands as in the PyTorch worker,
+    and an unknown name raises ValueError listing the allowed ones."""
+    return expand_lora_targets(targets)
 
 
 def lora_parameter_count(model: nnx.Module) -> int:

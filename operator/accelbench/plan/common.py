@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from ..api.common import ModelSource
+from ..api.finetune import Framework
 from ..catalog import AcceleratorSpec, Catalog, CatalogError, ModelShape, resolve_model_shape
 from .memory import GB
 from .placement import Placement
@@ -27,6 +28,11 @@ def model_shape(model: ModelSource) -> ModelShape:
         return resolve_model_shape(model)
     except CatalogError as exc:
         raise PlanError(str(exc)) from None
+
+
+def framework_for(framework: Framework | None, accel: AcceleratorSpec) -> str:
+    """The spec's framework, else the accelerator's default (jax on TPU, pytorch elsewhere)."""
+    return framework.value if framework is not None else accel.default_framework
 
 
 def usable_bytes(accel: AcceleratorSpec) -> float:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from ..api.finetune import FinetuneJobSpec, MethodType, Parallelism, ParallelismStrategy
 from ..catalog import AcceleratorSpec, Catalog, ModelShape
-from .common import accelerator, amount, chip_label, fits, gb, model_shape
+from .common import accelerator, amount, chip_label, fits, framework_for, gb, model_shape
 from .memory import finetune_memory, lora_adapter_parameters
 from .placement import Placement, candidate_placements, placement_with_chips, requested_placement
 from .pricing import price_for
@@ -31,7 +31,7 @@ def plan_finetune(spec: FinetuneJobSpec, catalog: Catalog) -> Plan:
     dollars, source, price_notes = price_for(spec.pricing, spec.accelerator.capacity, accel)
     return Plan(
         accelerator=accel.name,
-        framework=(spec.framework.value if spec.framework else accel.default_framework),
+        framework=framework_for(spec.framework, accel),
         chips=placement.chips,
         hosts=placement.hosts,
         chips_per_host=placement.chips_per_host,
@@ -40,6 +40,7 @@ def plan_finetune(spec: FinetuneJobSpec, catalog: Catalog) -> Plan:
         tp=tp,
         memory=memory,
         hbm_per_chip_gb=accel.hbm_gb,
+        peak_tflops_per_chip=accel.peak_bf16_tflops,
         dollars_per_chip_hour=dollars,
         price_source=source,
         notes=_shape_notes(spec, shape) + price_notes,

@@ -78,6 +78,7 @@ def plan_inference(spec: InferenceBenchSpec, catalog: Catalog) -> Plan:
         tp=placement.chips,
         memory=memory_for(placement.chips, max(1, min(held, concurrency))),
         hbm_per_chip_gb=accel.hbm_gb,
+        peak_tflops_per_chip=accel.peak_bf16_tflops,
         dollars_per_chip_hour=dollars,
         price_source=source,
         notes=notes,
@@ -206,6 +207,7 @@ def _external_plan(
         tp=chips,
         memory=zero,
         hbm_per_chip_gb=accel.hbm_gb,
+        peak_tflops_per_chip=accel.peak_bf16_tflops,
         dollars_per_chip_hour=dollars,
         price_source=source,
         notes=[

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ..api.finetune import expand_lora_targets
 from ..catalog import ModelShape, projection_dims
 from .types import MemoryEstimate
 
@@ -23,8 +24,6 @@ PRECISION_BYTES = {"bf16": BF16, "fp32": FP32}
 # 113.2 GB (batch 4) on one H200; this model gives 73.8 and 111.5.
 LOGIT_BYTES = 12
 
-LORA_ALL_LINEAR = "all-linear"
-
 
 def lora_adapter_parameters(
     shape: ModelShape, rank: int, target_modules: Iterable[str]
@@ -32,11 +31,10 @@ def lora_adapter_parameters(
     """Trainable LoRA parameters, and the target names no projection of this shape matches.
 
     Each adapted projection W (in x out) gets A (in x r) and B (r x out): r x (in + out)
-    parameters, in every layer that has that projection.
+    parameters, in every layer that has that projection. all-linear is expanded by the API's one
+    rule (expand_lora_targets), the one the FLOPs count and both workers use.
     """
-    targets = set(target_modules)
-    if LORA_ALL_LINEAR in targets:
-        targets = (targets - {LORA_ALL_LINEAR}) | set(projection_dims(shape, False))
+    targets = set(expand_lora_targets(target_modules))
     total = 0
     matched: set[str] = set()
     for index in range(shape.layers):

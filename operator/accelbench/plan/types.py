@@ -1,8 +1,11 @@
-"""What the planner decides; the renderer and the controller read it."""
+"""What the planner decides; the renderer and the controller read it, and pods get its
+`worker_plan()` in their payload."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from ..api.payload import WorkerPlan
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,7 @@ class Plan:
     tp: int
     memory: MemoryEstimate  # per chip
     hbm_per_chip_gb: float
+    peak_tflops_per_chip: float  # dense bf16, from the catalog: what MFU divides by
     dollars_per_chip_hour: float
     price_source: str
     notes: list[str] = field(default_factory=list)
@@ -56,6 +60,23 @@ class Plan:
     @property
     def dollars_per_hour(self) -> float:
         return self.chips * self.dollars_per_chip_hour
+
+    def worker_plan(self) -> WorkerPlan:
+        """What a pod needs of the plan (the memory breakdown and notes stay with the operator)."""
+        return WorkerPlan(
+            accelerator=self.accelerator,
+            framework=self.framework,
+            chips=self.chips,
+            hosts=self.hosts,
+            chips_per_host=self.chips_per_host,
+            topology=self.topology,
+            fsdp=self.fsdp,
+            tp=self.tp,
+            micro_batch_size=self.micro_batch_size,
+            peak_tflops_per_chip=self.peak_tflops_per_chip,
+            dollars_per_chip_hour=self.dollars_per_chip_hour,
+            price_source=self.price_source,
+        )
 
 
 class PlanError(ValueError):

@@ -1,62 +1,55 @@
-"""Pure functions: (resource, plan, catalog) -> Kubernetes objects as plain dicts. No I/O."""
+"""Pure functions: (resource, plan, catalog) -> Kubernetes objects as plain dicts. No I/O.
+
+`render` is the one place a resource's kind picks its renderer. It returns the objects together
+with the record of what they are (status.children: which Job reports, which is the server, the
+client, the Service and the results ConfigMap), so the controller never re-derives roles from names.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ..api import FinetuneJob, InferenceBench, Resource
+from ..api.inference import Engine
+from ..api.status import Children
 from ..catalog.types import Catalog
 from ..plan.types import Plan
 from .errors import RenderError
-from .finetune import EXIT_ERROR, EXIT_INVALID_CONFIG, EXIT_OK, render_finetune
+from .finetune import render_finetune
 from .inference import render_inference
-from .names import (
-    Role,
-    client_job_name,
-    client_service_account_name,
-    finetune_children,
-    inference_children,
-    labels,
-    results_config_map_name,
-    selector_labels,
-    server_name,
-    server_service_name,
-    train_job_name,
-    train_service_name,
-)
-from .payload import JOB_ENV, build_job_payload, job_payload_json
+from .names import finetune_children, inference_children
+from .payload import build_job_payload, job_payload_json
 
 
-def render(resource: Resource, plan: Plan, catalog: Catalog) -> list[dict[str, Any]]:
-    """Every child object of `resource`, in the order to apply them."""
+@dataclass(frozen=True)
+class Rendered:
+    objects: list[dict[str, Any]]  # in the order to apply them
+    children: Children  # which object plays which part (status.children)
+
+
+def render(resource: Resource, plan: Plan, catalog: Catalog, server_admitted: bool = False) -> Rendered:
+    """Every child of `resource` and the record of them.
+
+    `server_admitted` (InferenceBench): the live server Job runs (Kueue admitted it), so a queued
+    bench's client may start too.
+    """
     if isinstance(resource, FinetuneJob):
-        return render_finetune(resource, plan, catalog)
+        children = finetune_children(resource.metadata.name, plan.multi_host)
+        return Rendered(render_finetune(resource, plan, catalog), children)
     if isinstance(resource, InferenceBench):
-        return render_inference(resource, plan, catalog)
+        external = resource.spec.server.engine == Engine.EXTERNAL
+        children = inference_children(resource.metadata.name, external)
+        return Rendered(render_inference(resource, plan, catalog, server_admitted), children)
     raise TypeError(f"cannot render {type(resource).__name__}")
 
 
 __all__ = [
-    "EXIT_ERROR",
-    "EXIT_INVALID_CONFIG",
-    "EXIT_OK",
-    "JOB_ENV",
     "RenderError",
-    "Role",
+    "Rendered",
     "build_job_payload",
-    "client_job_name",
-    "client_service_account_name",
-    "finetune_children",
-    "inference_children",
     "job_payload_json",
-    "labels",
     "render",
     "render_finetune",
     "render_inference",
-    "results_config_map_name",
-    "selector_labels",
-    "server_name",
-    "server_service_name",
-    "train_job_name",
-    "train_service_name",
 ]

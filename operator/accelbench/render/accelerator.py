@@ -16,7 +16,6 @@ from .errors import RenderError
 VENDOR_GOOGLE = "google"
 VENDOR_NVIDIA = "nvidia"
 VENDOR_HABANA = "habana"
-VENDOR_CPU = "cpu"
 
 TPU_TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
 SPOT_LABEL = "cloud.google.com/gke-spot"
@@ -36,22 +35,22 @@ GAUDI_MEMORY_SHARE = 0.75
 NON_ROOT_UID = 1000
 
 
-def is_tpu(spec: AcceleratorSpec) -> bool:
-    return spec.vendor == VENDOR_GOOGLE
+def is_tpu(accel: AcceleratorSpec) -> bool:
+    return accel.vendor == VENDOR_GOOGLE
 
 
-def needs_shm(spec: AcceleratorSpec) -> bool:
+def needs_shm(accel: AcceleratorSpec) -> bool:
     """NCCL and the Habana collectives pass tensors through /dev/shm; the runtime default is 64 MiB."""
-    return spec.vendor in (VENDOR_NVIDIA, VENDOR_HABANA)
+    return accel.vendor in (VENDOR_NVIDIA, VENDOR_HABANA)
 
 
-def build_node_selector(spec: AcceleratorSpec, plan: Plan, accelerator: Accelerator) -> dict[str, str]:
-    selector = dict(spec.node_labels)
-    if is_tpu(spec):
+def build_node_selector(plan: Plan, accel: AcceleratorSpec, accelerator: Accelerator) -> dict[str, str]:
+    selector = dict(accel.node_labels)
+    if is_tpu(accel):
         # The accelerator label alone matches every slice shape of that generation; GKE only
         # schedules a pod onto the nodes of one slice when the topology is selected as well.
         if not plan.topology:
-            raise RenderError(f"plan for {spec.name} has no TPU topology")
+            raise RenderError(f"plan for {accel.name} has no TPU topology")
         selector[TPU_TOPOLOGY_LABEL] = plan.topology
     if accelerator.capacity == Capacity.SPOT:
         selector[SPOT_LABEL] = "true"
@@ -63,26 +62,26 @@ def build_node_selector(spec: AcceleratorSpec, plan: Plan, accelerator: Accelera
     return selector
 
 
-def build_tolerations(spec: AcceleratorSpec, accelerator: Accelerator) -> list[dict[str, Any]]:
-    tolerations = [{"key": t.key, "operator": t.operator, "effect": t.effect} for t in spec.tolerations]
+def build_tolerations(accel: AcceleratorSpec, accelerator: Accelerator) -> list[dict[str, Any]]:
+    tolerations = [{"key": t.key, "operator": t.operator, "effect": t.effect} for t in accel.tolerations]
     if accelerator.capacity == Capacity.SPOT:
         # GKE taints Spot nodes it provisions itself; tolerating the taint is harmless where absent.
         tolerations.append({"key": SPOT_LABEL, "operator": "Equal", "value": "true", "effect": "NoSchedule"})
     return tolerations
 
 
-def build_device_resources(spec: AcceleratorSpec, plan: Plan) -> dict[str, dict[str, str]]:
+def build_device_resources(plan: Plan, accel: AcceleratorSpec) -> dict[str, dict[str, str]]:
     """Requests and limits for the chips of one host (none for cpu)."""
-    if spec.resource_name is None:
+    if accel.resource_name is None:
         return {"requests": {}, "limits": {}}
     chips = str(plan.chips_per_host)
     # Extended resources cannot be overcommitted: request and limit must be equal.
-    requests = {spec.resource_name: chips}
-    limits = {spec.resource_name: chips}
-    if spec.vendor == VENDOR_HABANA:
+    requests = {accel.resource_name: chips}
+    limits = {accel.resource_name: chips}
+    if accel.vendor == VENDOR_HABANA:
         hugepages = f"{GAUDI_HUGEPAGES_MI_PER_CARD * plan.chips_per_host}Mi"
-        share = plan.chips_per_host / max(spec.max_chips_per_host, 1)
-        memory = f"{max(int(spec.host_memory_gb * share * GAUDI_MEMORY_SHARE), 1)}Gi"
+        share = plan.chips_per_host / max(accel.max_chips_per_host, 1)
+        memory = f"{max(int(accel.host_memory_gb * share * GAUDI_MEMORY_SHARE), 1)}Gi"
         for part in (requests, limits):
             part["hugepages-2Mi"] = hugepages
             part["memory"] = memory
@@ -114,32 +113,32 @@ def non_root_pod_security() -> dict[str, Any]:
     }
 
 
-def build_pod_security(spec: AcceleratorSpec, run_as_non_root: bool) -> dict[str, Any]:
+def build_pod_security(accel: AcceleratorSpec, run_as_non_root: bool) -> dict[str, Any]:
     """Pod securityContext. Gaudi runs as root: the Habana runtime and device nodes expect it.
 
     `run_as_non_root` is False for third-party engine images (vLLM, TGI), which run as root and
     write their caches under /root.
     """
-    if run_as_non_root and spec.vendor != VENDOR_HABANA:
+    if run_as_non_root and accel.vendor != VENDOR_HABANA:
         return non_root_pod_security()
     return {"seccompProfile": {"type": "RuntimeDefault"}}
 
 
-def build_container_security(spec: AcceleratorSpec) -> dict[str, Any]:
+def build_container_security(accel: AcceleratorSpec) -> dict[str, Any]:
     """Container securityContext: nothing beyond what the device needs.
 
     Gaudi's runtime needs SYS_NICE (it sets thread priorities of its scheduler threads); the other
     accelerators work with every capability dropped (GKE TPU and GPU devices need no privileges).
     """
-    if spec.vendor == VENDOR_HABANA:
+    if accel.vendor == VENDOR_HABANA:
         return {"allowPrivilegeEscalation": False, "capabilities": {"add": ["SYS_NICE"]}}
     return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 
-def uses_host_ipc(spec: AcceleratorSpec) -> bool:
+def uses_host_ipc(accel: AcceleratorSpec) -> bool:
     # The Habana collectives share memory across the per-card processes through the host's IPC
     # namespace; without it multi-card runs fail at initialisation.
-    return spec.vendor == VENDOR_HABANA
+    return accel.vendor == VENDOR_HABANA
 
 
 def shm_volume() -> tuple[dict[str, Any], dict[str, Any]]:
@@ -150,13 +149,13 @@ def shm_volume() -> tuple[dict[str, Any], dict[str, Any]]:
 
 def mount_volumes(
     container: dict[str, Any],
-    spec: AcceleratorSpec,
+    accel: AcceleratorSpec,
     volumes: list[dict[str, Any]],
     mounts: list[dict[str, Any]],
 ) -> list[dict[str, Any]]:
     """Mount the pod's volumes in its container, plus a memory-backed /dev/shm where the
     accelerator's collectives need one; returns the pod's volume list."""
-    if needs_shm(spec):
+    if needs_shm(accel):
         shm, shm_mount = shm_volume()
         volumes = [*volumes, shm]
         mounts = [*mounts, shm_mount]
@@ -167,19 +166,19 @@ def mount_volumes(
 
 def place_on_accelerator(
     pod: dict[str, Any],
-    spec: AcceleratorSpec,
     plan: Plan,
+    accel: AcceleratorSpec,
     accelerator: Accelerator,
     scheduling: Scheduling | None,
 ) -> dict[str, Any]:
     """Everything that puts a pod on the accelerator's pool: host IPC, selector, tolerations,
     then the user's own placement on top."""
-    if uses_host_ipc(spec):
+    if uses_host_ipc(accel):
         pod["hostIPC"] = True
-    node_selector = build_node_selector(spec, plan, accelerator)
+    node_selector = build_node_selector(plan, accel, accelerator)
     if node_selector:
         pod["nodeSelector"] = node_selector
-    tolerations = build_tolerations(spec, accelerator)
+    tolerations = build_tolerations(accel, accelerator)
     if tolerations:
         pod["tolerations"] = tolerations
     return apply_scheduling(pod, scheduling)

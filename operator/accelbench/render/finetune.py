@@ -1,24 +1,17 @@
 """FinetuneJob -> (headless Service when multi-host) + Indexed Job of training workers.
 
-Worker exit codes (the contract with accelbench.workers.*; the Job's podFailurePolicy acts on them):
+Worker exit codes are api.contract.ExitCode; the Job's podFailurePolicy fails the Job at once on
+INVALID_CONFIG (retrying the same input cannot succeed) and retries ERROR and kills (137; the
+controller reads the container's reason to tell OOM apart). Pods evicted by a disruption
+(preemption, drain, Spot reclaim) are ignored, not counted.
 
-    0    success; the WorkerReport is in /dev/termination-log
-    1    unexpected error (crash, lost peer, I/O): retried, counted against backoffLimit
-    3    invalid configuration (bad spec, model or dataset unreadable, does not fit): FailJob at
-         once, because retrying the same input cannot succeed
-    137  killed (OOMKilled, or SIGKILL on deadline): retried like 1; the controller reads the
-         container's reason to tell OOM apart
+Env of the training container (names in api.contract), user spec.env last, replacing same names:
 
-Pods evicted by a disruption (preemption, drain, Spot reclaim) are ignored, not counted.
-
-Env contract of the training container, in order (user spec.env last, replacing same names):
-
-    ACCELBENCH_JOB             compact JSON: apiVersion, kind, metadata{name,namespace,uid},
-                               spec (manifest form) and plan (camelCase) -- see payload.py
-    ACCELBENCH_PVC_ROOT        where pvc://CLAIM/PATH is mounted: $ACCELBENCH_PVC_ROOT/CLAIM/PATH
-    ACCELBENCH_METRICS_PORT    the Prometheus port the worker serves (named `metrics`)
-    ACCELBENCH_TERMINATION_LOG where the compact WorkerReport goes
-    JOB_COMPLETION_INDEX       this host's index 0..hosts-1
+    ENV_JOB                the JobPayload: spec and the worker's plan (render/payload.py)
+    ENV_PVC_ROOT           where pvc://CLAIM/PATH is mounted: $ENV_PVC_ROOT/CLAIM/PATH
+    ENV_METRICS_PORT       the Prometheus port the worker serves (named `metrics`)
+    ENV_TERMINATION_LOG    where the compact WorkerReport goes
+    ENV_COMPLETION_INDEX   this host's index 0..hosts-1
     jax:     JAX_COORDINATOR_ADDRESS (<job>-0.<service>:8476, multi-host only),
              JAX_NUM_PROCESSES (= hosts), JAX_PROCESS_ID (= the index)
     pytorch: MASTER_ADDR (<job>-0.<service>, or 127.0.0.1 on one host), MASTER_PORT=29500,
@@ -33,16 +26,34 @@ from __future__ import annotations
 from typing import Any
 
 from ..api import FinetuneJob
+from ..api.contract import (
+    ENV_COMPLETION_INDEX,
+    ENV_JAX_COORDINATOR,
+    ENV_JAX_PROCESS_ID,
+    ENV_JAX_PROCESSES,
+    ENV_JOB,
+    ENV_MASTER_ADDR,
+    ENV_MASTER_PORT,
+    ENV_METRICS_PORT,
+    ENV_NNODES,
+    ENV_NODE_RANK,
+    ENV_NPROC_PER_NODE,
+    ENV_PVC_ROOT,
+    ENV_TERMINATION_LOG,
+    METRICS_PORT,
+    TERMINATION_LOG_PATH,
+    ExitCode,
+    Role,
+)
 from ..catalog.types import AcceleratorSpec, Catalog
 from ..plan.types import Plan
-from . import accelerator as accel
+from . import accelerator
 from .errors import RenderError
-from .meta import METRICS_PORT, build_metadata, metrics_annotations, metrics_port_entry
-from .names import Role, labels, selector_labels, train_job_name, train_service_name
-from .payload import JOB_ENV, job_payload_json
+from .meta import build_metadata, metrics_annotations, metrics_port_entry
+from .names import labels, selector_labels, train_job_name, train_service_name
+from .payload import job_payload_json
 from .storage import ClaimUse, build_claim_volumes
 from .workload import (
-    TERMINATION_LOG,
     JobShape,
     build_headless_service,
     build_job,
@@ -53,10 +64,6 @@ from .workload import (
     merge_env,
 )
 
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_INVALID_CONFIG = 3
-
 WORKER_CONTAINER = "worker"
 WORKER_MODULE = "accelbench.workers.finetune"
 PVC_ROOT = "/mnt/pvc"
@@ -64,10 +71,10 @@ JAX_COORDINATOR_PORT = 8476
 TORCH_MASTER_PORT = 29500
 
 
-def worker_image(job: FinetuneJob, plan: Plan, spec: AcceleratorSpec) -> str:
-    image = job.spec.image or getattr(spec.images, plan.framework, None)
+def worker_image(job: FinetuneJob, plan: Plan, accel: AcceleratorSpec) -> str:
+    image = job.spec.image or getattr(accel.images, plan.framework, None)
     if not image:
-        raise RenderError(f"no {plan.framework} worker image for {spec.name} in the catalog; set spec.image")
+        raise RenderError(f"no {plan.framework} worker image for {accel.name} in the catalog; set spec.image")
     return image
 
 
@@ -77,17 +84,17 @@ def build_distributed_env(job_name: str, service: str, plan: Plan) -> list[dict[
     if plan.framework == "jax":
         env = []
         if plan.multi_host:
-            env.append(env_value("JAX_COORDINATOR_ADDRESS", f"{leader}:{JAX_COORDINATOR_PORT}"))
-        env.append(env_value("JAX_NUM_PROCESSES", plan.hosts))
-        env.append(env_completion_index("JAX_PROCESS_ID"))
+            env.append(env_value(ENV_JAX_COORDINATOR, f"{leader}:{JAX_COORDINATOR_PORT}"))
+        env.append(env_value(ENV_JAX_PROCESSES, plan.hosts))
+        env.append(env_completion_index(ENV_JAX_PROCESS_ID))
         return env
     if plan.framework == "pytorch":
         return [
-            env_value("MASTER_ADDR", leader if plan.multi_host else "127.0.0.1"),
-            env_value("MASTER_PORT", TORCH_MASTER_PORT),
-            env_value("NNODES", plan.hosts),
-            env_value("NPROC_PER_NODE", plan.chips_per_host),
-            env_completion_index("NODE_RANK"),
+            env_value(ENV_MASTER_ADDR, leader if plan.multi_host else "127.0.0.1"),
+            env_value(ENV_MASTER_PORT, TORCH_MASTER_PORT),
+            env_value(ENV_NNODES, plan.hosts),
+            env_value(ENV_NPROC_PER_NODE, plan.chips_per_host),
+            env_completion_index(ENV_NODE_RANK),
         ]
     raise RenderError(f"framework {plan.framework!r} is neither jax nor pytorch")
 
@@ -95,11 +102,11 @@ def build_distributed_env(job_name: str, service: str, plan: Plan) -> list[dict[
 def build_worker_env(job: FinetuneJob, plan: Plan) -> list[dict[str, Any]]:
     name = job.metadata.name
     env = [
-        env_value(JOB_ENV, job_payload_json(job, plan)),
-        env_value("ACCELBENCH_PVC_ROOT", PVC_ROOT),
-        env_value("ACCELBENCH_METRICS_PORT", METRICS_PORT),
-        env_value("ACCELBENCH_TERMINATION_LOG", TERMINATION_LOG),
-        env_completion_index("JOB_COMPLETION_INDEX"),
+        env_value(ENV_JOB, job_payload_json(job, plan)),
+        env_value(ENV_PVC_ROOT, PVC_ROOT),
+        env_value(ENV_METRICS_PORT, METRICS_PORT),
+        env_value(ENV_TERMINATION_LOG, TERMINATION_LOG_PATH),
+        env_completion_index(ENV_COMPLETION_INDEX),
         *build_distributed_env(train_job_name(name), train_service_name(name), plan),
     ]
     return merge_env(env, job.spec.env)
@@ -114,33 +121,35 @@ def build_worker_storage(job: FinetuneJob) -> tuple[list[dict[str, Any]], list[d
     return build_claim_volumes(uses, PVC_ROOT)
 
 
-def build_worker_container(job: FinetuneJob, plan: Plan, spec: AcceleratorSpec) -> dict[str, Any]:
-    container = container_base(WORKER_CONTAINER, worker_image(job, plan, spec))
+def build_worker_container(job: FinetuneJob, plan: Plan, accel: AcceleratorSpec) -> dict[str, Any]:
+    container = container_base(WORKER_CONTAINER, worker_image(job, plan, accel))
     container["command"] = ["python", "-m", WORKER_MODULE]
     container["env"] = build_worker_env(job, plan)
     container["ports"] = [metrics_port_entry()]
-    resources = accel.merge_resources(accel.build_device_resources(spec, plan), job.spec.resources)
+    resources = accelerator.merge_resources(
+        accelerator.build_device_resources(plan, accel), job.spec.resources
+    )
     if resources:
         container["resources"] = resources
-    container["securityContext"] = accel.build_container_security(spec)
+    container["securityContext"] = accelerator.build_container_security(accel)
     return container
 
 
-def build_worker_pod_template(job: FinetuneJob, plan: Plan, spec: AcceleratorSpec) -> dict[str, Any]:
+def build_worker_pod_template(job: FinetuneJob, plan: Plan, accel: AcceleratorSpec) -> dict[str, Any]:
     name = job.metadata.name
-    container = build_worker_container(job, plan, spec)
+    container = build_worker_container(job, plan, accel)
     volumes, mounts = build_worker_storage(job)
-    volumes = accel.mount_volumes(container, spec, volumes, mounts)
+    volumes = accelerator.mount_volumes(container, accel, volumes, mounts)
     pod: dict[str, Any] = {
         "restartPolicy": "Never",  # retries belong to the Job (and podFailurePolicy needs Never)
         # The worker never talks to the Kubernetes API; its report leaves through the termination log.
         "automountServiceAccountToken": False,
-        "securityContext": accel.build_pod_security(spec, run_as_non_root=True),
+        "securityContext": accelerator.build_pod_security(accel, run_as_non_root=True),
         "containers": [container],
     }
     if plan.multi_host:
         pod["subdomain"] = train_service_name(name)
-    accel.place_on_accelerator(pod, spec, plan, job.spec.accelerator, job.spec.scheduling)
+    accelerator.place_on_accelerator(pod, plan, accel, job.spec.accelerator, job.spec.scheduling)
     if volumes:
         pod["volumes"] = volumes
     # Where rank 0's live metrics are (status.progress; see meta.metrics_annotations).
@@ -149,7 +158,7 @@ def build_worker_pod_template(job: FinetuneJob, plan: Plan, spec: AcceleratorSpe
     return {"metadata": metadata, "spec": pod}
 
 
-def build_train_job(job: FinetuneJob, plan: Plan, spec: AcceleratorSpec) -> dict[str, Any]:
+def build_train_job(job: FinetuneJob, plan: Plan, accel: AcceleratorSpec) -> dict[str, Any]:
     name = job.metadata.name
     # With more than one host, one lost rank takes its peers down with it (their collectives time
     # out), so one real failure costs up to `hosts` pod failures; scaling keeps maxRetries meaning
@@ -157,13 +166,13 @@ def build_train_job(job: FinetuneJob, plan: Plan, spec: AcceleratorSpec) -> dict
     shape = JobShape(
         hosts=plan.hosts,
         backoff_limit=job.spec.max_retries * plan.hosts,
-        fail_job_exit_codes=[EXIT_INVALID_CONFIG],
+        fail_job_exit_codes=[int(ExitCode.INVALID_CONFIG)],
         container=WORKER_CONTAINER,
         suspend=is_suspended(job.spec),
         queue_name=job.spec.queue_name,
     )
     metadata = build_metadata(job, train_job_name(name), labels(job.kind, name, Role.TRAIN, plan.accelerator))
-    return build_job(metadata, shape, job.spec, build_worker_pod_template(job, plan, spec))
+    return build_job(metadata, shape, job.spec, build_worker_pod_template(job, plan, accel))
 
 
 def build_train_service(job: FinetuneJob, plan: Plan) -> dict[str, Any]:
@@ -178,20 +187,20 @@ def build_train_service(job: FinetuneJob, plan: Plan) -> dict[str, Any]:
     return build_headless_service(metadata, selector_labels(job.kind, name, Role.TRAIN), port_name, port)
 
 
-def check_plan(job: FinetuneJob, plan: Plan, spec: AcceleratorSpec) -> None:
+def check_plan(job: FinetuneJob, plan: Plan, accel: AcceleratorSpec) -> None:
     if plan.hosts < 1 or plan.chips_per_host < 1:
         raise RenderError(f"plan has {plan.hosts} hosts of {plan.chips_per_host} chips")
     if plan.accelerator != job.spec.accelerator.type.value:
         raise RenderError(f"plan is for {plan.accelerator}, the spec asks for {job.spec.accelerator.type}")
-    if spec.resource_name is None and plan.multi_host:
+    if accel.resource_name is None and plan.multi_host:
         raise RenderError("multi-host runs need an accelerator; cpu runs on one host")
 
 
 def render_finetune(job: FinetuneJob, plan: Plan, catalog: Catalog) -> list[dict[str, Any]]:
     """The children of a FinetuneJob: the headless Service first (multi-host only), then the Job,
     so the pods' DNS names exist by the time they start."""
-    spec = catalog.get(plan.accelerator)
-    check_plan(job, plan, spec)
+    accel = catalog.get(plan.accelerator)
+    check_plan(job, plan, accel)
     objects = [build_train_service(job, plan)] if plan.multi_host else []
-    objects.append(build_train_job(job, plan, spec))
+    objects.append(build_train_job(job, plan, accel))
     return objects

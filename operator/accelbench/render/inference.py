@@ -18,16 +18,20 @@ only local paths or Hub ids, so an object-store URI is refused for them. Other v
 the image, a Hub id) are passed as-is.
 
 Client: `python -m accelbench.workers.bench` on a CPU node, no accelerator requests or
-tolerations. It waits for the server itself (polls ACCELBENCH_ENDPOINT + ACCELBENCH_HEALTH_PATH, or
-a TCP connect when the path is absent, for up to ACCELBENCH_READY_TIMEOUT_SECONDS) instead of an
+tolerations. It waits for the server itself (polls ENV_ENDPOINT + ENV_HEALTH_PATH, or
+a TCP connect when the path is absent, for up to ENV_READY_TIMEOUT seconds) instead of an
 init container, so the wait and its timeout end up in its report as server_startup_seconds.
 When the bench is queued in Kueue, the client is created suspended too and rendered unsuspended once
 the server Job has been admitted (`server_admitted`, which the controller reads from the live server
 Job), so the readiness wait does not run out in the queue.
-Client env: ACCELBENCH_JOB (as for training, see payload.py), ACCELBENCH_ENDPOINT,
-ACCELBENCH_HEALTH_PATH, ACCELBENCH_READY_TIMEOUT_SECONDS, ACCELBENCH_RESULTS_CONFIGMAP (the
-ConfigMap it patches with the full report), POD_NAMESPACE, ACCELBENCH_TERMINATION_LOG. The served
-model name is discovered from the endpoint's /v1/models. Exit codes as in finetune.py.
+Client env (names in api.contract): ENV_JOB (as for training, see payload.py), ENV_ENDPOINT,
+ENV_HEALTH_PATH, ENV_READY_TIMEOUT, ENV_RESULTS_CONFIGMAP (the ConfigMap it patches with the full
+results), ENV_POD_NAMESPACE, ENV_TERMINATION_LOG, ENV_METRICS_PORT. The served model name is
+discovered from the endpoint's /v1/models. Exit codes: api.contract.ExitCode.
+
+The client's results write is the one call a pod makes to the Kubernetes API: its own
+ServiceAccount may get, patch and update only its own results ConfigMap (build_client_rbac); every
+other pod runs without an API token.
 """
 
 from __future__ import annotations
@@ -36,15 +40,28 @@ import copy
 from typing import Any
 
 from ..api import InferenceBench
+from ..api.contract import (
+    ENV_ENDPOINT,
+    ENV_HEALTH_PATH,
+    ENV_JOB,
+    ENV_METRICS_PORT,
+    ENV_POD_NAMESPACE,
+    ENV_READY_TIMEOUT,
+    ENV_RESULTS_CONFIGMAP,
+    ENV_TERMINATION_LOG,
+    ENV_TOKENIZER_DIR,
+    METRICS_PORT,
+    TERMINATION_LOG_PATH,
+    ExitCode,
+    Role,
+)
 from ..api.inference import Engine, KvCacheDtype
 from ..catalog.types import AcceleratorSpec, Catalog
 from ..plan.types import Plan
-from . import accelerator as accel
+from . import accelerator
 from .errors import RenderError
-from .finetune import EXIT_INVALID_CONFIG
-from .meta import METRICS_PORT, build_metadata, metrics_annotations, metrics_port_entry, namespace_of
+from .meta import build_metadata, metrics_annotations, metrics_port_entry, namespace_of
 from .names import (
-    Role,
     client_job_name,
     client_service_account_name,
     labels,
@@ -53,10 +70,9 @@ from .names import (
     server_name,
     server_service_name,
 )
-from .payload import JOB_ENV, job_payload_json
+from .payload import job_payload_json
 from .storage import ClaimUse, build_claim_volumes, is_local_path, is_object_store, local_path, parse_pvc
 from .workload import (
-    TERMINATION_LOG,
     JobShape,
     build_job,
     container_base,
@@ -67,6 +83,7 @@ from .workload import (
 )
 
 SERVER_CONTAINER = "server"
+SERVER_PORT_NAME = "http"  # the engine's port: probes and the Service target it by name
 CLIENT_CONTAINER = "client"
 CLIENT_MODULE = "accelbench.workers.bench"
 MODEL_ROOT = "/models"
@@ -130,10 +147,10 @@ def build_vllm_command(bench: InferenceBench, plan: Plan) -> list[str]:
     return command + list(server.extra_args)
 
 
-def build_transformers_command(bench: InferenceBench, spec: AcceleratorSpec) -> list[str]:
+def build_transformers_command(bench: InferenceBench, accel: AcceleratorSpec) -> list[str]:
     """`transformers serve` loads the model dir itself; the device follows the accelerator."""
     server = bench.spec.server
-    device = "cpu" if spec.resource_name is None else "cuda"
+    device = "cpu" if accel.resource_name is None else "cuda"
     return [
         "transformers",
         "serve",
@@ -186,9 +203,9 @@ def build_jetstream_command(bench: InferenceBench, plan: Plan) -> list[str]:
     return command + list(server.extra_args)
 
 
-def build_engine_env(bench: InferenceBench, spec: AcceleratorSpec, plan: Plan) -> list[dict[str, Any]]:
+def build_engine_env(bench: InferenceBench, plan: Plan, accel: AcceleratorSpec) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = []
-    if bench.spec.server.engine == Engine.TGI and spec.vendor == accel.VENDOR_HABANA:
+    if bench.spec.server.engine == Engine.TGI and accel.vendor == accelerator.VENDOR_HABANA:
         # Habana's documented settings for TGI: the MPI shared-memory copy path is unsupported in
         # containers, and sharded runs need lazy collectives with HPU graphs.
         env.append(env_value("OMPI_MCA_btl_vader_single_copy_mechanism", "none"))
@@ -197,26 +214,26 @@ def build_engine_env(bench: InferenceBench, spec: AcceleratorSpec, plan: Plan) -
     return merge_env(env, bench.spec.server.env)
 
 
-def engine_image(bench: InferenceBench, spec: AcceleratorSpec) -> str:
+def engine_image(bench: InferenceBench, accel: AcceleratorSpec) -> str:
     engine = bench.spec.server.engine
-    image = bench.spec.server.image or getattr(spec.images, engine.value, None)
+    image = bench.spec.server.image or getattr(accel.images, engine.value, None)
     if not image:
-        raise RenderError(f"no {engine} image for {spec.name} in the catalog; set spec.server.image")
+        raise RenderError(f"no {engine} image for {accel.name} in the catalog; set spec.server.image")
     return image
 
 
-def build_engine_command(bench: InferenceBench, spec: AcceleratorSpec, plan: Plan) -> list[str]:
+def build_engine_command(bench: InferenceBench, plan: Plan, accel: AcceleratorSpec) -> list[str]:
     engine = bench.spec.server.engine
     if engine == Engine.VLLM:
         return build_vllm_command(bench, plan)
     if engine == Engine.TGI:
         return build_tgi_command(bench, plan)
     if engine == Engine.TRANSFORMERS:
-        if accel.is_tpu(spec) or spec.vendor == accel.VENDOR_HABANA:
+        if accelerator.is_tpu(accel) or accel.vendor == accelerator.VENDOR_HABANA:
             raise RenderError("engine transformers renders for CPU and NVIDIA GPUs only")
-        return build_transformers_command(bench, spec)
+        return build_transformers_command(bench, accel)
     if engine == Engine.JETSTREAM:
-        if not accel.is_tpu(spec):
+        if not accelerator.is_tpu(accel):
             raise RenderError("engine jetstream runs on TPU only")
         return build_jetstream_command(bench, plan)
     raise RenderError(f"engine {engine} has no server to render")
@@ -230,9 +247,11 @@ def build_probes(bench: InferenceBench) -> dict[str, dict[str, Any]]:
     """
     server = bench.spec.server
     if server.engine == Engine.JETSTREAM:
-        check: dict[str, Any] = {"tcpSocket": {"port": "http"}}  # JetStream has no HTTP health route
+        check: dict[str, Any] = {
+            "tcpSocket": {"port": SERVER_PORT_NAME}
+        }  # JetStream has no HTTP health route
     else:
-        check = {"httpGet": {"path": HEALTH_PATH, "port": "http"}}
+        check = {"httpGet": {"path": HEALTH_PATH, "port": SERVER_PORT_NAME}}
     startup_failures = max(-(-server.readiness_timeout_seconds // STARTUP_PERIOD_SECONDS), 1)
     # Each probe gets its own copy: no sub-object is shared, so a caller may mutate one safely
     # (and YAML dumps carry no anchors).
@@ -255,41 +274,41 @@ def build_probes(bench: InferenceBench) -> dict[str, dict[str, Any]]:
 # ---------------------------------------------------------------- server
 
 
-def build_server_container(bench: InferenceBench, spec: AcceleratorSpec, plan: Plan) -> dict[str, Any]:
+def build_server_container(bench: InferenceBench, plan: Plan, accel: AcceleratorSpec) -> dict[str, Any]:
     server = bench.spec.server
-    command = build_engine_command(bench, spec, plan)  # first: it refuses engine/accelerator mismatches
-    container = container_base(SERVER_CONTAINER, engine_image(bench, spec))
+    command = build_engine_command(bench, plan, accel)  # first: it refuses engine/accelerator mismatches
+    container = container_base(SERVER_CONTAINER, engine_image(bench, accel))
     container["command"] = command
-    env = build_engine_env(bench, spec, plan)
+    env = build_engine_env(bench, plan, accel)
     if env:
         container["env"] = env
-    container["ports"] = [{"name": "http", "containerPort": server.port, "protocol": "TCP"}]
+    container["ports"] = [{"name": SERVER_PORT_NAME, "containerPort": server.port, "protocol": "TCP"}]
     container.update(build_probes(bench))
-    resources = accel.merge_resources(accel.build_device_resources(spec, plan), server.resources)
+    resources = accelerator.merge_resources(accelerator.build_device_resources(plan, accel), server.resources)
     if resources:
         container["resources"] = resources
-    container["securityContext"] = accel.build_container_security(spec)
+    container["securityContext"] = accelerator.build_container_security(accel)
     return container
 
 
-def build_server_pod_template(bench: InferenceBench, spec: AcceleratorSpec, plan: Plan) -> dict[str, Any]:
+def build_server_pod_template(bench: InferenceBench, plan: Plan, accel: AcceleratorSpec) -> dict[str, Any]:
     name = bench.metadata.name
-    container = build_server_container(bench, spec, plan)
+    container = build_server_container(bench, plan, accel)
     volumes, mounts = build_claim_volumes([ClaimUse(bench.spec.model.uri, writable=False)], MODEL_ROOT)
-    volumes = accel.mount_volumes(container, spec, volumes, mounts)
+    volumes = accelerator.mount_volumes(container, accel, volumes, mounts)
     pod: dict[str, Any] = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
-        "securityContext": accel.build_pod_security(spec, run_as_non_root=False),
+        "securityContext": accelerator.build_pod_security(accel, run_as_non_root=False),
         "containers": [container],
     }
-    accel.place_on_accelerator(pod, spec, plan, bench.spec.accelerator, bench.spec.scheduling)
+    accelerator.place_on_accelerator(pod, plan, accel, bench.spec.accelerator, bench.spec.scheduling)
     if volumes:
         pod["volumes"] = volumes
     return {"metadata": {"labels": labels(bench.kind, name, Role.SERVER, plan.accelerator)}, "spec": pod}
 
 
-def build_server_job(bench: InferenceBench, spec: AcceleratorSpec, plan: Plan) -> dict[str, Any]:
+def build_server_job(bench: InferenceBench, plan: Plan, accel: AcceleratorSpec) -> dict[str, Any]:
     name = bench.metadata.name
     shape = JobShape(
         hosts=1,
@@ -301,7 +320,7 @@ def build_server_job(bench: InferenceBench, spec: AcceleratorSpec, plan: Plan) -
     )
     server_labels = labels(bench.kind, name, Role.SERVER, plan.accelerator)
     metadata = build_metadata(bench, server_name(name), server_labels)
-    return build_job(metadata, shape, bench.spec, build_server_pod_template(bench, spec, plan))
+    return build_job(metadata, shape, bench.spec, build_server_pod_template(bench, plan, accel))
 
 
 def build_server_service(bench: InferenceBench, plan: Plan) -> dict[str, Any]:
@@ -316,7 +335,9 @@ def build_server_service(bench: InferenceBench, plan: Plan) -> dict[str, Any]:
         "spec": {
             "type": "ClusterIP",
             "selector": selector_labels(bench.kind, name, Role.SERVER),
-            "ports": [{"name": "http", "port": port, "targetPort": "http", "protocol": "TCP"}],
+            "ports": [
+                {"name": SERVER_PORT_NAME, "port": port, "targetPort": SERVER_PORT_NAME, "protocol": "TCP"}
+            ],
         },
     }
 
@@ -332,8 +353,8 @@ def endpoint(bench: InferenceBench) -> str:
     return f"http://{server_service_name(bench.metadata.name)}.{namespace_of(bench)}.svc:{server.port}"
 
 
-def client_image(bench: InferenceBench, catalog: Catalog, spec: AcceleratorSpec) -> str:
-    image = bench.spec.client_image or spec.images.bench
+def client_image(bench: InferenceBench, accel: AcceleratorSpec, catalog: Catalog) -> str:
+    image = bench.spec.client_image or accel.images.bench
     if not image and "cpu" in catalog.accelerators:
         image = catalog.get("cpu").images.bench
     if not image:
@@ -352,24 +373,24 @@ def health_path(bench: InferenceBench) -> str | None:
 
 def build_client_env(bench: InferenceBench, plan: Plan) -> list[dict[str, Any]]:
     env = [
-        env_value(JOB_ENV, job_payload_json(bench, plan)),
-        env_value("ACCELBENCH_ENDPOINT", endpoint(bench)),
+        env_value(ENV_JOB, job_payload_json(bench, plan)),
+        env_value(ENV_ENDPOINT, endpoint(bench)),
     ]
     path = health_path(bench)
     if path is not None:
-        env.append(env_value("ACCELBENCH_HEALTH_PATH", path))
+        env.append(env_value(ENV_HEALTH_PATH, path))
     env += [
-        env_value("ACCELBENCH_READY_TIMEOUT_SECONDS", bench.spec.server.readiness_timeout_seconds),
-        env_value("ACCELBENCH_RESULTS_CONFIGMAP", results_config_map_name(bench.metadata.name)),
-        env_field("POD_NAMESPACE", "metadata.namespace"),
-        env_value("ACCELBENCH_TERMINATION_LOG", TERMINATION_LOG),
-        env_value("ACCELBENCH_METRICS_PORT", METRICS_PORT),  # cells done, for status.progress
+        env_value(ENV_READY_TIMEOUT, bench.spec.server.readiness_timeout_seconds),
+        env_value(ENV_RESULTS_CONFIGMAP, results_config_map_name(bench.metadata.name)),
+        env_field(ENV_POD_NAMESPACE, "metadata.namespace"),
+        env_value(ENV_TERMINATION_LOG, TERMINATION_LOG_PATH),
+        env_value(ENV_METRICS_PORT, METRICS_PORT),  # cells done, for status.progress
     ]
     if is_local_path(bench.spec.model.uri):
         # Engines without /tokenize (transformers serve) need the tokenizer for exact input
         # lengths; a plain path is only readable where the client shares the filesystem (the
         # local executor, or a path baked into the client image).
-        env.append(env_value("ACCELBENCH_TOKENIZER_DIR", bench.spec.model.uri))
+        env.append(env_value(ENV_TOKENIZER_DIR, bench.spec.model.uri))
     return env
 
 
@@ -385,10 +406,10 @@ def client_suspended(bench: InferenceBench, server_admitted: bool) -> bool:
 
 
 def build_client_job(
-    bench: InferenceBench, catalog: Catalog, spec: AcceleratorSpec, plan: Plan, server_admitted: bool = False
+    bench: InferenceBench, plan: Plan, accel: AcceleratorSpec, catalog: Catalog, server_admitted: bool = False
 ) -> dict[str, Any]:
     name = bench.metadata.name
-    container = container_base(CLIENT_CONTAINER, client_image(bench, catalog, spec))
+    container = container_base(CLIENT_CONTAINER, client_image(bench, accel, catalog))
     container["command"] = ["python", "-m", CLIENT_MODULE]
     container["env"] = build_client_env(bench, plan)
     container["ports"] = [metrics_port_entry()]
@@ -397,18 +418,18 @@ def build_client_job(
     pod = {
         "restartPolicy": "Never",
         "serviceAccountName": client_service_account_name(name),
-        "securityContext": accel.non_root_pod_security(),
+        "securityContext": accelerator.non_root_pod_security(),
         # Any Linux node; no tolerations keeps it off tainted accelerator nodes.
         "nodeSelector": {"kubernetes.io/os": "linux"},
         "containers": [container],
     }
     # The user's placement applies here too, so a cluster that confines work to labeled nodes
     # (or the local executor's node) also takes the client.
-    accel.apply_scheduling(pod, bench.spec.scheduling)
+    accelerator.apply_scheduling(pod, bench.spec.scheduling)
     shape = JobShape(
         hosts=1,
         backoff_limit=bench.spec.max_retries,
-        fail_job_exit_codes=[EXIT_INVALID_CONFIG],
+        fail_job_exit_codes=[int(ExitCode.INVALID_CONFIG)],
         container=CLIENT_CONTAINER,
         suspend=client_suspended(bench, server_admitted),
         queue_name=None,  # the server carries the queue; the client follows its admission
@@ -483,11 +504,11 @@ def render_inference(
     endpoint counts as admitted.
     """
     check_plan(bench, plan)
-    spec = catalog.get(plan.accelerator)
+    accel = catalog.get(plan.accelerator)
     objects = [build_results_config_map(bench, plan), *build_client_rbac(bench, plan)]
     if bench.spec.server.engine != Engine.EXTERNAL:
         objects.append(build_server_service(bench, plan))
-        objects.append(build_server_job(bench, spec, plan))
+        objects.append(build_server_job(bench, plan, accel))
     admitted = server_admitted or bench.spec.server.engine == Engine.EXTERNAL
-    objects.append(build_client_job(bench, catalog, spec, plan, admitted))
+    objects.append(build_client_job(bench, plan, accel, catalog, admitted))
     return objects

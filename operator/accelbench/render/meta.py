@@ -1,10 +1,19 @@
-"""Object metadata shared by every child: namespace, labels, owner reference."""
+"""Object metadata shared by every child: namespace, labels, the one place owner references are
+built, and the metrics port and annotations of the pods that serve gauges."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ..api import API_VERSION, Resource
+from ..api.contract import (
+    ANNOTATION_PATH,
+    ANNOTATION_PORT,
+    ANNOTATION_SCRAPE,
+    METRICS_PATH,
+    METRICS_PORT,
+    METRICS_PORT_NAME,
+)
 
 # Where children go when the parent carries no namespace (a manifest rendered before it is applied,
 # e.g. by `accelbench render`); the in-cluster controller always sees a namespace.
@@ -43,19 +52,10 @@ def build_metadata(resource: Resource, name: str, labels: dict[str, str]) -> dic
     return meta
 
 
-# The port a worker serves its Prometheus gauges on (container port named `metrics`), and the
-# annotations that say so: the operator scrapes them into status.progress, and annotation-based
-# Prometheus set-ups find the same gauges.
-METRICS_PORT = 9090
-METRICS_PORT_NAME = "metrics"
-METRICS_PATH = "/metrics"
-SCRAPE_ANNOTATION = "prometheus.io/scrape"
-PORT_ANNOTATION = "prometheus.io/port"
-PATH_ANNOTATION = "prometheus.io/path"
-
-
 def metrics_annotations(port: int = METRICS_PORT) -> dict[str, str]:
-    return {SCRAPE_ANNOTATION: "true", PORT_ANNOTATION: str(port), PATH_ANNOTATION: METRICS_PATH}
+    """Where a pod's gauges are: the operator scrapes them into status.progress, and
+    annotation-based Prometheus set-ups find the same gauges."""
+    return {ANNOTATION_SCRAPE: "true", ANNOTATION_PORT: str(port), ANNOTATION_PATH: METRICS_PATH}
 
 
 def metrics_port_entry(port: int = METRICS_PORT) -> dict[str, Any]:

@@ -8,27 +8,19 @@ Indexed Job) within the 63-character DNS label limit.
 
 from __future__ import annotations
 
-from enum import StrEnum
-
+from ..api.contract import (
+    APP_NAME,
+    LABEL_ACCELERATOR,
+    LABEL_APP_NAME,
+    LABEL_INSTANCE,
+    LABEL_KIND,
+    LABEL_MANAGED_BY,
+    LABEL_NAME,
+    LABEL_ROLE,
+    MANAGED_BY,
+    Role,
+)
 from ..api.status import Children
-
-APP_NAME = "accelbench"
-MANAGED_BY = "accelbench-operator"
-
-LABEL_APP_NAME = "app.kubernetes.io/name"
-LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
-LABEL_INSTANCE = "app.kubernetes.io/instance"
-LABEL_KIND = "accelbench.io/kind"
-LABEL_NAME = "accelbench.io/name"
-LABEL_ROLE = "accelbench.io/role"
-LABEL_ACCELERATOR = "accelbench.io/accelerator"
-LABEL_KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
-
-
-class Role(StrEnum):
-    TRAIN = "train"
-    SERVER = "server"
-    CLIENT = "client"
 
 
 def train_job_name(name: str) -> str:
@@ -80,13 +72,15 @@ def labels(kind: str, name: str, role: Role, accelerator: str) -> dict[str, str]
 
 
 def finetune_children(name: str, multi_host: bool) -> Children:
-    """What status.children shows for a FinetuneJob."""
+    """What status.children shows for a FinetuneJob. `job` is the Job whose rank 0 reports."""
     return Children(job=train_job_name(name), service=train_service_name(name) if multi_host else None)
 
 
 def inference_children(name: str, external: bool) -> Children:
-    """What status.children shows for an InferenceBench (no server objects for an external endpoint)."""
+    """What status.children shows for an InferenceBench (no server objects for an external endpoint).
+    The client Job is the one that reports."""
     return Children(
+        job=client_job_name(name),
         server=None if external else server_name(name),
         service=None if external else server_service_name(name),
         client=client_job_name(name),

@@ -6,10 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..api.common import EnvVar, RunControl
-from .names import LABEL_KUEUE_QUEUE
-
-COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
-TERMINATION_LOG = "/dev/termination-log"
+from ..api.contract import COMPLETION_INDEX_KEY, LABEL_KUEUE_QUEUE, TERMINATION_LOG_PATH
 
 
 def env_value(name: str, value: str | int) -> dict[str, Any]:
@@ -22,7 +19,7 @@ def env_field(name: str, field_path: str) -> dict[str, Any]:
 
 def env_completion_index(name: str) -> dict[str, Any]:
     """The pod's index in its Indexed Job, read from the annotation the Job controller sets."""
-    return env_field(name, f"metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']")
+    return env_field(name, f"metadata.annotations['{COMPLETION_INDEX_KEY}']")
 
 
 def merge_env(rendered: list[dict[str, Any]], user: list[EnvVar]) -> list[dict[str, Any]]:
@@ -124,6 +121,6 @@ def container_base(name: str, image: str) -> dict[str, Any]:
         "name": name,
         "image": image,
         "imagePullPolicy": "IfNotPresent",
-        "terminationMessagePath": TERMINATION_LOG,
+        "terminationMessagePath": TERMINATION_LOG_PATH,
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }

@@ -2,12 +2,13 @@
 
 Shared by both fine-tuning frameworks, so a TPU-vs-GPU comparison trains on the same tokens with the
 same loss: `data` (tokenization, masking, packing, batches, the loss formula), `flops` (FLOPs per
-token and MFU), `report` (the WorkerReport and exit codes), `metrics` (Prometheus), `jobenv` (the
-ACCELBENCH_JOB payload and the distributed environment), `testing` (tiny random-weight models).
+token and MFU), `report` (the WorkerReport and how a worker exits), `metrics` (Prometheus), `jobenv`
+(the JobPayload and the distributed environment), `testing` (tiny random-weight models).
 
-Workers never import `accelbench.controller`.
+Names shared with the operator (env vars, gauges, exit codes, paths) come from api.contract.
+Workers never import `accelbench.controller` or `accelbench.render`.
 """
 
 
 class InvalidConfigError(ValueError):
-    """The spec, model or dataset cannot work as given; retrying cannot help (worker exit code 3)."""
+    """The spec, model or dataset cannot work as given; retrying cannot help (ExitCode.INVALID_CONFIG)."""

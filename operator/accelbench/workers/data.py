@@ -52,6 +52,7 @@ from typing import Any
 
 import numpy as np
 
+from ..api.payload import WorkerPlan
 from . import InvalidConfigError
 
 BATCH_KEYS = ("input_ids", "targets", "loss_mask", "positions", "segment_ids")
@@ -564,11 +565,11 @@ def prepare_data(
 
 
 def data_config_from_spec(
-    spec: Any, plan: dict[str, Any] | None = None, max_steps: int | None = None
+    spec: Any, plan: WorkerPlan | None = None, max_steps: int | None = None
 ) -> DataConfig:
     """FinetuneJobSpec (+ the plan's micro batch, + a CLI step override) -> DataConfig."""
     t, d = spec.training, spec.dataset
-    micro = t.micro_batch_size or (plan or {}).get("microBatchSize")
+    micro = t.micro_batch_size or (plan.micro_batch_size if plan is not None else None)
     steps = max_steps if max_steps is not None else t.max_steps
     return DataConfig(
         seq_length=t.seq_length,

@@ -25,11 +25,14 @@ attention 6·26·4·256·2048 = 0.327 GFLOP, FLOPs/token = 6.326 G; 37,686 tok/s
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
+from ..api.finetune import expand_lora_targets
 from ..catalog import ModelShape, projection_dims
+
+# Owned by catalog.hf_config; re-exported for the fine-tuning worker, which imports it from here.
+from ..catalog.hf_config import shape_from_hf_config as shape_from_hf_config
 
 FULL_FORMULA = "6N + 6·L·H·Q·T (N: projection + LM-head weights, T: seq length)"
 LORA_FORMULA = "4N + 6·N_lora + 6·L·H·Q·T (N: projection + LM-head weights, T: seq length)"
@@ -55,8 +58,11 @@ def matmul_parameters(shape: ModelShape) -> int:
 
 
 def lora_parameters(shape: ModelShape, rank: int, targets: Iterable[str]) -> int:
-    """r·(in + out) for every adapted projection; unknown target names adapt nothing here."""
-    wanted = set(targets)
+    """r·(in + out) for every adapted projection, all-linear expanded as the planner and workers do.
+
+    A layer without a named projection (v_proj of Gemma 4's shared-k/v global layers) adds nothing.
+    """
+    wanted = set(expand_lora_targets(targets))
     return sum(
         rank * (fan_in + fan_out)
         for i in range(shape.layers)
@@ -92,55 +98,3 @@ def mfu(tokens_per_second: float, flops_per_token: float, chips: int, peak_tflop
     if chips < 1 or peak_tflops_per_chip <= 0:
         raise ValueError("mfu needs chips >= 1 and a positive peak")
     return tokens_per_second * flops_per_token / (chips * peak_tflops_per_chip * 1e12)
-
-
-def _global_layer_shape(cfg: Mapping[str, Any], layer_types: list[str] | None) -> tuple[Any, Any]:
-    """(global_head_dim, global_kv_heads) of Gemma 4's full-attention layers, else (None, None).
-
-    transformers (5.17 and later) writes them as per_layer_config {layer index: {head_dim,
-    num_key_value_heads}}; published checkpoints carry global_head_dim (Gemma4TextConfig's default:
-    512) and num_global_key_value_heads (applied only with attention_k_eq_v).
-    """
-    per_layer = cfg.get("per_layer_config")
-    if per_layer and layer_types and "full_attention" in layer_types:
-        first_global = str(layer_types.index("full_attention"))
-        overrides = per_layer.get(first_global) or per_layer.get(int(first_global)) or {}
-        return overrides.get("head_dim"), overrides.get("num_key_value_heads")
-    if str(cfg.get("model_type", "")).startswith("gemma4"):
-        kv = cfg.get("num_global_key_value_heads") if cfg.get("attention_k_eq_v") else None
-        return cfg.get("global_head_dim", 512), kv
-    return cfg.get("global_head_dim"), cfg.get("num_global_key_value_heads")
-
-
-def shape_from_hf_config(config: Mapping[str, Any], family: str = "", size: str = "local") -> ModelShape:
-    """The ModelShape of a Hugging Face config.json (text config; multimodal ones nest it)."""
-    cfg = dict(config.get("text_config") or config)
-    heads = int(cfg["num_attention_heads"])
-    hidden = int(cfg["hidden_size"])
-    layers = int(cfg["num_hidden_layers"])
-    layer_types = cfg.get("layer_types")
-    sliding = cfg.get("sliding_window")
-    local_per_global = None
-    if sliding and layer_types and "full_attention" in layer_types:
-        # ModelShape describes a regular pattern: local layers before each global one.
-        local_per_global = layer_types.index("full_attention") or None
-    global_head_dim, global_kv_heads = _global_layer_shape(cfg, layer_types)
-    return ModelShape(
-        family=family or str(cfg.get("model_type", "unknown")),
-        size=size,
-        reference="config.json",
-        layers=layers,
-        hidden=hidden,
-        heads=heads,
-        kv_heads=int(cfg.get("num_key_value_heads") or heads),
-        head_dim=int(cfg.get("head_dim") or hidden // heads),
-        intermediate=int(cfg["intermediate_size"]),
-        vocab=int(cfg["vocab_size"]),
-        tied_embeddings=bool(cfg.get("tie_word_embeddings", family.startswith("gemma"))),
-        sliding_window=int(sliding) if local_per_global else None,
-        local_per_global=local_per_global,
-        global_head_dim=global_head_dim,
-        global_kv_heads=global_kv_heads,
-        attention_k_eq_v=bool(cfg.get("attention_k_eq_v", False)),
-        parameters=1,  # unknown here and unused by the FLOPs count
-    )

@@ -1,7 +1,10 @@
-"""The worker's inputs: the ACCELBENCH_JOB payload (or a manifest file) and the distributed env.
+"""The worker's inputs: the JobPayload (api/payload.py; ENV_JOB, or a file) and the distributed env.
 
 See render/finetune.py for the env contract. Everything here is a pure function of a mapping
 (`env`, defaulting to os.environ) so tests can drive it without touching the process environment.
+
+A payload carries the operator's plan; a bare manifest (a local `--job FILE`, tests) is planned
+here with the built-in catalog (plan.local_worker_plan), the one case a worker reads the catalog.
 """
 
 from __future__ import annotations
@@ -14,19 +17,37 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
 from ..api import FinetuneJob, parse_resource
+from ..api.contract import (
+    ENV_COMPLETION_INDEX,
+    ENV_JAX_COORDINATOR,
+    ENV_JAX_PROCESS_ID,
+    ENV_JAX_PROCESSES,
+    ENV_JOB,
+    ENV_LOCAL_RANK,
+    ENV_LOCAL_WORLD_SIZE,
+    ENV_MASTER_ADDR,
+    ENV_MASTER_PORT,
+    ENV_NNODES,
+    ENV_NODE_RANK,
+    ENV_NPROC_PER_NODE,
+    ENV_PVC_ROOT,
+    ENV_RANK,
+    ENV_WORLD_SIZE,
+)
+from ..api.errors import describe
+from ..api.payload import JobPayload, WorkerPlan
 from . import InvalidConfigError
 
-JOB_ENV = "ACCELBENCH_JOB"  # same name as render.payload.JOB_ENV; workers do not import render
-PVC_ROOT_ENV = "ACCELBENCH_PVC_ROOT"
 DEFAULT_PVC_ROOT = "/mnt/pvc"
 
 
 @dataclass(frozen=True)
 class JobInput:
     job: FinetuneJob
-    plan: dict[str, Any]  # Plan in wire form (camelCase); {} when the input carried none
+    plan: WorkerPlan
 
 
 @dataclass(frozen=True)
@@ -67,50 +88,66 @@ def dist_env(framework: str, env: Mapping[str, str] | None = None) -> DistEnv:
     """The process's place in the run. For torch, RANK/WORLD_SIZE/LOCAL_RANK come from torchrun;
     before torchrun runs they are absent and NNODES/NPROC_PER_NODE say what to launch."""
     env = os.environ if env is None else env
-    node_rank = _int(env, "NODE_RANK", _int(env, "JOB_COMPLETION_INDEX", 0))
+    node_rank = _int(env, ENV_NODE_RANK, _int(env, ENV_COMPLETION_INDEX, 0))
     if framework == "jax":
-        world = _int(env, "JAX_NUM_PROCESSES", 1)
-        rank = _int(env, "JAX_PROCESS_ID", node_rank)
+        world = _int(env, ENV_JAX_PROCESSES, 1)
+        rank = _int(env, ENV_JAX_PROCESS_ID, node_rank)
         return DistEnv(
             rank=rank,
             world_size=world,
             node_rank=node_rank,
             nnodes=world,
-            jax_coordinator=env.get("JAX_COORDINATOR_ADDRESS") or None,
+            jax_coordinator=env.get(ENV_JAX_COORDINATOR) or None,
         )
-    nproc = _int(env, "NPROC_PER_NODE", 1)
     return DistEnv(
-        rank=_int(env, "RANK", 0),
-        world_size=_int(env, "WORLD_SIZE", 1),
-        local_rank=_int(env, "LOCAL_RANK", 0),
-        local_world_size=_int(env, "LOCAL_WORLD_SIZE", 1),
+        rank=_int(env, ENV_RANK, 0),
+        world_size=_int(env, ENV_WORLD_SIZE, 1),
+        local_rank=_int(env, ENV_LOCAL_RANK, 0),
+        local_world_size=_int(env, ENV_LOCAL_WORLD_SIZE, 1),
         node_rank=node_rank,
-        nnodes=_int(env, "NNODES", 1),
-        master_addr=env.get("MASTER_ADDR") or None,
-        master_port=_int(env, "MASTER_PORT", 29500) if env.get("MASTER_PORT") else None,
-        nproc_per_node=nproc,
+        nnodes=_int(env, ENV_NNODES, 1),
+        master_addr=env.get(ENV_MASTER_ADDR) or None,
+        master_port=_int(env, ENV_MASTER_PORT, 29500) if env.get(ENV_MASTER_PORT) else None,
+        nproc_per_node=_int(env, ENV_NPROC_PER_NODE, 1),
     )
 
 
 def parse_job_payload(obj: Any) -> JobInput:
-    """A payload dict ({apiVersion, kind, metadata, spec, plan}) or a bare manifest -> JobInput."""
+    """A JobPayload dict (the operator's, with its plan) or a bare manifest (planned here)."""
     if not isinstance(obj, dict):
         raise InvalidConfigError("the job must be a JSON/YAML object with apiVersion, kind, metadata, spec")
-    body = {k: v for k, v in obj.items() if k != "plan"}
-    plan = obj.get("plan") or {}
-    if not isinstance(plan, dict):
-        raise InvalidConfigError("the job's plan must be an object")
-    try:
-        resource = parse_resource(body)
-    except ValueError as exc:
-        raise InvalidConfigError(f"invalid FinetuneJob: {exc}") from None
+    if "plan" in obj:
+        try:
+            payload = JobPayload.model_validate(obj)
+        except ValidationError as exc:
+            raise InvalidConfigError(f"invalid job payload: {describe(exc)}") from None
+        resource, plan = payload.resource(), payload.plan
+    else:
+        try:
+            resource = parse_resource(obj)
+        except ValidationError as exc:
+            raise InvalidConfigError(f"invalid FinetuneJob: {describe(exc)}") from None
+        except ValueError as exc:
+            raise InvalidConfigError(f"invalid FinetuneJob: {exc}") from None
+        plan = _local_plan(resource)
     if not isinstance(resource, FinetuneJob):
         raise InvalidConfigError(f"the fine-tuning worker runs a FinetuneJob, not a {resource.kind}")
     return JobInput(job=resource, plan=plan)
 
 
+def _local_plan(resource: Any) -> WorkerPlan:
+    from ..catalog import load_catalog
+    from ..plan import local_worker_plan
+
+    try:
+        plan, _ = local_worker_plan(resource, load_catalog())
+    except KeyError as exc:  # an accelerator the catalog does not know
+        raise InvalidConfigError(str(exc.args[0])) from None
+    return plan
+
+
 def load_job(path: str | Path | None = None, env: Mapping[str, str] | None = None) -> JobInput:
-    """From `path` (JSON or YAML, one document) when given, else from the ACCELBENCH_JOB env var."""
+    """From `path` (JSON or YAML, one document) when given, else from the ENV_JOB variable."""
     env = os.environ if env is None else env
     if path is not None:
         try:
@@ -122,23 +159,23 @@ def load_job(path: str | Path | None = None, env: Mapping[str, str] | None = Non
         except yaml.YAMLError as exc:
             raise InvalidConfigError(f"job file {path} is not JSON/YAML: {exc}") from None
         return parse_job_payload(obj)
-    text = env.get(JOB_ENV)
+    text = env.get(ENV_JOB)
     if not text:
-        raise InvalidConfigError(f"no job: set {JOB_ENV} or pass --job FILE")
+        raise InvalidConfigError(f"no job: set {ENV_JOB} or pass --job FILE")
     try:
         obj = json.loads(text)
     except ValueError as exc:
-        raise InvalidConfigError(f"{JOB_ENV} is not JSON: {exc}") from None
+        raise InvalidConfigError(f"{ENV_JOB} is not JSON: {exc}") from None
     return parse_job_payload(obj)
 
 
 def resolve_uri(uri: str, env: Mapping[str, str] | None = None, base: Path | None = None) -> Path:
-    """A spec URI -> a local path. pvc://CLAIM/PATH lives under ACCELBENCH_PVC_ROOT; relative paths
+    """A spec URI -> a local path. pvc://CLAIM/PATH lives under ENV_PVC_ROOT; relative paths
     are taken from `base` (the manifest's directory for `accelbench run`). Object stores are not read
     by the worker: stage the data on a volume."""
     env = os.environ if env is None else env
     if uri.startswith("pvc://"):
-        root = Path(env.get(PVC_ROOT_ENV) or DEFAULT_PVC_ROOT)
+        root = Path(env.get(ENV_PVC_ROOT) or DEFAULT_PVC_ROOT)
         return root / uri.removeprefix("pvc://")
     if uri.startswith("file://"):
         return Path(uri.removeprefix("file://"))

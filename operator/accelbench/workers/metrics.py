@@ -1,7 +1,8 @@
 """Live progress over Prometheus: the operator scrapes rank 0, and a PodMonitor can too.
 
-Gauges: accelbench_worker_step, _total_steps, _loss, _tokens_per_second, _mfu, _eval_loss. The server
-also answers /healthz with 200 "ok". Each server has its own registry, so tests can run several.
+Gauge names are api.contract's GAUGE_*; the operator reads them back through PROGRESS_GAUGES. The
+server also answers /healthz with 200 "ok". Each server has its own registry, so tests can run
+several.
 """
 
 from __future__ import annotations
@@ -15,7 +16,16 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
 
-METRICS_PORT_ENV = "ACCELBENCH_METRICS_PORT"
+from ..api.contract import (
+    ENV_METRICS_PORT,
+    GAUGE_EVAL_LOSS,
+    GAUGE_LOSS,
+    GAUGE_MFU,
+    GAUGE_STEP,
+    GAUGE_TOKENS_PER_SECOND,
+    GAUGE_TOTAL_STEPS,
+)
+
 log = logging.getLogger(__name__)
 
 
@@ -26,14 +36,14 @@ class WorkerMetrics:
         self.registry = registry or CollectorRegistry()
 
         def gauge(name: str, doc: str) -> Gauge:
-            return Gauge(f"accelbench_worker_{name}", doc, registry=self.registry)
+            return Gauge(name, doc, registry=self.registry)
 
-        self.step = gauge("step", "Optimizer steps done.")
-        self.total_steps = gauge("total_steps", "Optimizer steps planned.")
-        self.loss = gauge("loss", "Training loss of the last step (sum(ce*mask)/sum(mask)).")
-        self.tokens_per_second = gauge("tokens_per_second", "Trained tokens per second, steady state.")
-        self.mfu = gauge("mfu", "Model FLOPs utilization (0..1), steady state.")
-        self.eval_loss = gauge("eval_loss", "Held-out loss of the last evaluation.")
+        self.step = gauge(GAUGE_STEP, "Optimizer steps done.")
+        self.total_steps = gauge(GAUGE_TOTAL_STEPS, "Optimizer steps planned.")
+        self.loss = gauge(GAUGE_LOSS, "Training loss of the last step (sum(ce*mask)/sum(mask)).")
+        self.tokens_per_second = gauge(GAUGE_TOKENS_PER_SECOND, "Trained tokens per second, steady state.")
+        self.mfu = gauge(GAUGE_MFU, "Model FLOPs utilization (0..1), steady state.")
+        self.eval_loss = gauge(GAUGE_EVAL_LOSS, "Held-out loss of the last evaluation.")
 
     def on_step(
         self, step: int, total_steps: int, loss: float, tokens_per_second: float | None, mfu: float | None
@@ -55,16 +65,14 @@ class BenchMetrics:
 
     def __init__(self, planned_cells: int, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
-        self.step = Gauge(
-            "accelbench_worker_step", "Cells measured (sweep and search).", registry=self.registry
-        )
+        self.step = Gauge(GAUGE_STEP, "Cells measured (sweep and search).", registry=self.registry)
         self.total_steps = Gauge(
-            "accelbench_worker_total_steps",
+            GAUGE_TOTAL_STEPS,
             "Cells planned: the sweep's, plus the capacity search's measured so far.",
             registry=self.registry,
         )
         self.tokens_per_second = Gauge(
-            "accelbench_worker_tokens_per_second",
+            GAUGE_TOKENS_PER_SECOND,
             "Output tokens per second of the last cell.",
             registry=self.registry,
         )
@@ -118,9 +126,9 @@ class MetricsServer:
 
 
 def metrics_port(env: Mapping[str, str] | None = None) -> int | None:
-    """The port to serve on: ACCELBENCH_METRICS_PORT (0 = any free port); None when unset."""
+    """The port to serve on: ENV_METRICS_PORT (0 = any free port); None when unset."""
     env = os.environ if env is None else env
-    value = env.get(METRICS_PORT_ENV)
+    value = env.get(ENV_METRICS_PORT)
     if value is None or value == "":
         return None
     return int(value)

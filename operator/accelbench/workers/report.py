@@ -1,9 +1,9 @@
 """Outcome -> WorkerReport, and how a worker leaves: termination message, log line, exit code.
 
-The compact report goes to the termination-message file (ACCELBENCH_TERMINATION_LOG, else
-/dev/termination-log when writable), which the operator parses with api.parse_termination_message.
-The full report is the last line of stdout, prefixed with REPORT_PREFIX so a log reader finds it.
-Exit codes follow render/finetune.py: 0 ok, 1 unexpected error, 3 invalid configuration.
+The compact report goes to the termination-message file (ENV_TERMINATION_LOG, else
+TERMINATION_LOG_PATH when writable), which the operator parses with api.parse_termination_message.
+The full report is the last line of stdout, prefixed with REPORT_LOG_PREFIX so a log reader finds
+it. Exit codes: api.contract.ExitCode.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TextIO
 
+from ..api.contract import ENV_TERMINATION_LOG, REPORT_LOG_PREFIX, TERMINATION_LOG_PATH, ExitCode
 from ..api.report import (
     FinetuneMetrics,
     Memory,
@@ -28,13 +29,8 @@ from . import InvalidConfigError
 from .finetune import FinetuneOutcome, StepRecord
 from .flops import mfu
 
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_INVALID_CONFIG = 3
-
-REPORT_PREFIX = "ACCELBENCH_REPORT "
-TERMINATION_LOG_ENV = "ACCELBENCH_TERMINATION_LOG"
-DEFAULT_TERMINATION_LOG = "/dev/termination-log"
+# WorkerError.type of an InvalidConfigError: a launcher reading the report maps it back to the exit code.
+INVALID_CONFIG_TYPE = "InvalidConfig"
 LOSS_HISTORY_LIMIT = 2000  # the full report keeps this many per-step losses (thinned evenly beyond)
 
 
@@ -127,13 +123,13 @@ def build_report(
 
 
 def error_type(exc: BaseException) -> str:
-    return "InvalidConfig" if isinstance(exc, InvalidConfigError) else type(exc).__name__
+    return INVALID_CONFIG_TYPE if isinstance(exc, InvalidConfigError) else type(exc).__name__
 
 
-def exit_code(exc: BaseException | None) -> int:
+def exit_code(exc: BaseException | None) -> ExitCode:
     if exc is None:
-        return EXIT_OK
-    return EXIT_INVALID_CONFIG if isinstance(exc, InvalidConfigError) else EXIT_ERROR
+        return ExitCode.OK
+    return ExitCode.INVALID_CONFIG if isinstance(exc, InvalidConfigError) else ExitCode.ERROR
 
 
 def error_report(
@@ -153,10 +149,10 @@ def error_report(
 def termination_log_path(env: Mapping[str, str] | None = None) -> Path | None:
     """Where the compact report goes; None when there is nowhere writable (a laptop run)."""
     env = os.environ if env is None else env
-    configured = env.get(TERMINATION_LOG_ENV)
+    configured = env.get(ENV_TERMINATION_LOG)
     if configured:
         return Path(configured)
-    default = Path(DEFAULT_TERMINATION_LOG)
+    default = Path(TERMINATION_LOG_PATH)
     if default.exists() and os.access(default, os.W_OK):
         return default
     return None
@@ -178,7 +174,7 @@ def write_report(
             print(f"warning: cannot write the termination message to {path}: {exc}", file=sys.stderr)
             path = None
     out = stream or sys.stdout
-    out.write(REPORT_PREFIX + json.dumps(report.to_wire(), separators=(",", ":"), allow_nan=False) + "\n")
+    out.write(REPORT_LOG_PREFIX + json.dumps(report.to_wire(), separators=(",", ":"), allow_nan=False) + "\n")
     out.flush()
     return path
 
@@ -186,6 +182,6 @@ def write_report(
 def find_report_line(text: str) -> WorkerReport | None:
     """The full report from a worker's log (the last prefixed line), or None."""
     for line in reversed(text.splitlines()):
-        if line.startswith(REPORT_PREFIX):
-            return WorkerReport.model_validate(json.loads(line[len(REPORT_PREFIX) :]))
+        if line.startswith(REPORT_LOG_PREFIX):
+            return WorkerReport.model_validate(json.loads(line[len(REPORT_LOG_PREFIX) :]))
     return None

@@ -1,4 +1,4 @@
-"""SLO capacity search and serving cost (pure functions).
+"""SLO capacity search (pure functions).
 
 The search is a state machine over the levels measured so far, so the runner can measure, record,
 and ask again, and tests can drive it with a table instead of a server:
@@ -75,14 +75,3 @@ def capacity_result(outcomes: Mapping[int, LevelOutcome]) -> CapacityResult:
         binding_constraint=binding_constraint(outcomes[hi]) if hi is not None else None,
         output_tokens_per_second=outcomes[capacity].output_tokens_per_second if capacity else None,
     )
-
-
-def dollars_per_hour(dollars_per_chip_hour: float, chips: int) -> float:
-    return dollars_per_chip_hour * chips
-
-
-def dollars_per_million_tokens(dollars_hour: float, output_tokens_per_second: float | None) -> float | None:
-    """$/hour / (tokens/s × 3600) × 1e6; undefined without throughput."""
-    if not output_tokens_per_second or output_tokens_per_second <= 0:
-        return None
-    return dollars_hour / (output_tokens_per_second * 3600.0) * 1e6

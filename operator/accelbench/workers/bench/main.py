@@ -1,12 +1,16 @@
 """`python -m accelbench.workers.bench`: the InferenceBench client pod's entry point.
 
-Configuration comes from the env the operator renders (render/inference.py): ACCELBENCH_JOB (spec
-and plan), ACCELBENCH_ENDPOINT, ACCELBENCH_HEALTH_PATH, ACCELBENCH_READY_TIMEOUT_SECONDS,
-ACCELBENCH_RESULTS_CONFIGMAP, POD_NAMESPACE, ACCELBENCH_TERMINATION_LOG. Command-line flags
+Configuration comes from the env the operator renders (render/inference.py; names in
+api.contract): the JobPayload (spec and plan), the endpoint, its health path and readiness
+timeout, the results ConfigMap and the pod's namespace, the termination log. Command-line flags
 override it, for local runs (`--endpoint http://127.0.0.1:8000 --concurrency 1,4 --out r.json`).
 
-Exit codes as in render/finetune.py: 0 done, 1 failed (server never ready, every request failed),
-3 invalid configuration (the Job does not retry it).
+The client measures; it prices nothing. The full results carry the plan's price as given (chips,
+$/chip-hour, source) so the HTML report can price per input length with accelbench.cost, as the
+operator prices the status.
+
+Exit codes (api.contract.ExitCode): OK, ERROR (server never ready, every request failed),
+INVALID_CONFIG (the Job does not retry it).
 """
 
 from __future__ import annotations
@@ -22,15 +26,29 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from pydantic import ValidationError
+
 from ... import __version__
+from ...api.contract import (
+    ENV_ENDPOINT,
+    ENV_HEALTH_PATH,
+    ENV_JOB,
+    ENV_POD_NAMESPACE,
+    ENV_READY_TIMEOUT,
+    ENV_RESULTS_CONFIGMAP,
+    ENV_TERMINATION_LOG,
+    ENV_TOKENIZER_DIR,
+    ExitCode,
+)
+from ...api.errors import describe
 from ...api.inference import InferenceBenchSpec, RequestApi, Slo, Workload
+from ...api.payload import JobPayload
 from ..metrics import BenchMetrics, metrics_port, start_metrics_server
 from .client import discover_model, make_session, probe, wait_ready
 from .prompts import ApproxTokenizer, LocalTokenizer, PromptFactory, Tokenizer, probe_server_tokenizer
 from .results import (
     RESULTS_SCHEMA_VERSION,
     bench_results,
-    cost_block,
     worker_report,
     write_configmap,
     write_local,
@@ -40,10 +58,6 @@ from .runner import Runner, RunSettings
 from .sweep import run_sweep
 
 log = logging.getLogger("accelbench.bench")
-
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_INVALID_CONFIG = 3
 
 
 class ConfigError(ValueError):
@@ -60,9 +74,9 @@ def _floats(text: str) -> list[float]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m accelbench.workers.bench", description=__doc__.split("\n")[0])
-    p.add_argument("--job", help="ACCELBENCH_JOB payload: JSON text or @file (default: the env var)")
-    p.add_argument("--endpoint", help="server base URL (default: ACCELBENCH_ENDPOINT)")
-    p.add_argument("--health-path", help="health path (default: ACCELBENCH_HEALTH_PATH; none: TCP connect)")
+    p.add_argument("--job", help=f"job payload: JSON text or @file (default: ${ENV_JOB})")
+    p.add_argument("--endpoint", help=f"server base URL (default: ${ENV_ENDPOINT})")
+    p.add_argument("--health-path", help=f"health path (default: ${ENV_HEALTH_PATH}; none: TCP connect)")
     p.add_argument("--ready-timeout", type=float, help="seconds to wait for the server")
     p.add_argument("--model", help="model name to send (default: the first of /v1/models)")
     p.add_argument("--tokenizer", help="local tokenizer directory when the server has no /tokenize")
@@ -99,32 +113,28 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def load_job(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
-    text = args.job if args.job is not None else env.get("ACCELBENCH_JOB")
+def load_payload(args: argparse.Namespace, env: dict[str, str]) -> JobPayload | None:
+    """The operator's payload (--job TEXT or @FILE, else the env var); None for a bare local run."""
+    text = args.job if args.job is not None else env.get(ENV_JOB)
     if not text:
-        return {}
+        return None
     if text.startswith("@"):
         with open(text[1:]) as f:
             text = f.read()
     try:
-        job = json.loads(text)
-    except ValueError as exc:
-        raise ConfigError(f"ACCELBENCH_JOB is not JSON: {exc}") from None
-    if not isinstance(job, dict):
-        raise ConfigError("ACCELBENCH_JOB must be a JSON object")
-    return job
+        payload = JobPayload.model_validate_json(text)
+    except ValidationError as exc:
+        raise ConfigError(f"{ENV_JOB} is not a valid job payload: {describe(exc)}") from None
+    if not isinstance(payload.spec, InferenceBenchSpec):
+        raise ConfigError(f"the bench client runs an InferenceBench, not a {payload.kind}")
+    return payload
 
 
-def resolve_workload(job: dict[str, Any], args: argparse.Namespace) -> tuple[Workload, Slo | None, bool]:
+def resolve_workload(
+    spec: InferenceBenchSpec | None, args: argparse.Namespace
+) -> tuple[Workload, Slo | None, bool]:
     """Workload and SLO: the spec's, with command-line overrides applied and validated again."""
-    spec = job.get("spec") or {}
-    try:
-        workload = (
-            InferenceBenchSpec.model_validate(spec).workload if spec.get("model") else Workload()
-        ).model_dump()
-        slo_obj = InferenceBenchSpec.model_validate(spec).slo if spec.get("model") else None
-    except ValueError as exc:
-        raise ConfigError(f"invalid spec: {exc}") from None
+    workload = (spec.workload if spec else Workload()).model_dump()
     overrides = {
         "api": args.api,
         "input_lengths": args.input_lengths,
@@ -138,7 +148,7 @@ def resolve_workload(job: dict[str, Any], args: argparse.Namespace) -> tuple[Wor
     workload.update({k: v for k, v in overrides.items() if v is not None})
     if args.rates is not None and args.concurrency is None:
         workload["concurrency"] = []  # --rates alone means an open-loop-only run
-    slo = slo_obj.model_dump() if slo_obj else {}
+    slo = spec.slo.model_dump() if spec and spec.slo else {}
     for key, value in (
         ("ttft_ms", args.slo_ttft_ms),
         ("tpot_ms", args.slo_tpot_ms),
@@ -153,18 +163,21 @@ def resolve_workload(job: dict[str, Any], args: argparse.Namespace) -> tuple[Wor
         slo_model = Slo.model_validate(slo) if bounded else None
     except ValueError as exc:
         raise ConfigError(f"invalid workload or slo: {exc}") from None
-    search = bool(spec.get("capacitySearch", True)) and not args.no_capacity_search
+    search = (spec.capacity_search if spec else True) and not args.no_capacity_search
     return wl, slo_model, search
 
 
-def pricing(job: dict[str, Any], args: argparse.Namespace) -> tuple[float | None, int, str]:
-    plan = job.get("plan") or {}
-    dollars = args.dollars_per_chip_hour
-    if dollars is None:
-        dollars = plan.get("dollarsPerChipHour")
-    chips = args.chips or int(plan.get("chips") or 1)
-    source = "command line" if args.dollars_per_chip_hour is not None else str(plan.get("priceSource") or "")
-    return dollars, chips, source
+def price_given(payload: JobPayload | None, args: argparse.Namespace) -> dict[str, Any] | None:
+    """The price the results carry as an input (the plan's, or the command line's); None if unknown."""
+    plan = payload.plan if payload else None
+    if args.dollars_per_chip_hour is not None:
+        dollars, source = args.dollars_per_chip_hour, "command line"
+    elif plan is not None:
+        dollars, source = plan.dollars_per_chip_hour, plan.price_source
+    else:
+        return None
+    chips = args.chips or (plan.chips if plan else 1)
+    return {"dollarsPerChipHour": dollars, "chips": chips, "priceSource": source}
 
 
 async def pick_tokenizer(session, base_url: str, model: str, args: argparse.Namespace) -> Tokenizer:
@@ -172,7 +185,7 @@ async def pick_tokenizer(session, base_url: str, model: str, args: argparse.Name
         tok = await probe_server_tokenizer(session, base_url, model)
         if tok is not None:
             return tok
-    local = args.tokenizer or os.environ.get("ACCELBENCH_TOKENIZER_DIR")
+    local = args.tokenizer or os.environ.get(ENV_TOKENIZER_DIR)
     if local and os.path.isdir(local):
         return LocalTokenizer(local)
     log.warning("no exact tokenizer (server /tokenize or --tokenizer): input lengths are approximate")
@@ -205,15 +218,15 @@ def versions() -> dict[str, str]:
 
 
 async def run(args: argparse.Namespace, env: dict[str, str]) -> tuple[dict, Any]:
-    job = load_job(args, env)
-    workload, slo, search = resolve_workload(job, args)
+    payload = load_payload(args, env)
+    workload, slo, search = resolve_workload(payload.spec if payload else None, args)  # type: ignore[arg-type]
     # Progress gauges from the start, so "0 of N cells" shows while the server is still loading.
     planned = len(workload.input_lengths) * (len(workload.concurrency) + len(workload.request_rates))
     progress = BenchMetrics(planned)
     port = metrics_port(env)
     server = start_metrics_server(port, progress) if port is not None else None
     try:
-        return await measure(args, env, job, workload, slo, search, progress)
+        return await measure(args, env, payload, workload, slo, search, progress)
     finally:
         if server is not None:
             server.stop()
@@ -222,17 +235,17 @@ async def run(args: argparse.Namespace, env: dict[str, str]) -> tuple[dict, Any]
 async def measure(
     args: argparse.Namespace,
     env: dict[str, str],
-    job: dict[str, Any],
+    payload: JobPayload | None,
     workload: Workload,
     slo: Slo | None,
     search: bool,
     progress: BenchMetrics,
 ) -> tuple[dict, Any]:
-    base_url = (args.endpoint or env.get("ACCELBENCH_ENDPOINT") or "").rstrip("/")
+    base_url = (args.endpoint or env.get(ENV_ENDPOINT) or "").rstrip("/")
     if not base_url:
-        raise ConfigError("no endpoint: set ACCELBENCH_ENDPOINT or --endpoint")
-    health = args.health_path if args.health_path is not None else env.get("ACCELBENCH_HEALTH_PATH")
-    timeout = args.ready_timeout or float(env.get("ACCELBENCH_READY_TIMEOUT_SECONDS") or 1800)
+        raise ConfigError(f"no endpoint: set {ENV_ENDPOINT} or --endpoint")
+    health = args.health_path if args.health_path is not None else env.get(ENV_HEALTH_PATH)
+    timeout = args.ready_timeout or float(env.get(ENV_READY_TIMEOUT) or 1800)
     ready = await wait_ready(base_url, health or None, timeout)
     if not ready.ready:
         raise TimeoutError(f"server {base_url} not ready after {ready.seconds:.0f} s ({ready.detail})")
@@ -258,10 +271,9 @@ async def measure(
         settings.ignore_eos = ignore_eos
         runner = Runner(settings, prompts)
         sweep = await run_sweep(runner, workload, slo, search, args.max_concurrency, progress.on_cell)
-    dollars, chips, source = pricing(job, args)
-    hourly = dollars * chips if dollars is not None else None
-    compact = bench_results(sweep.cells, sweep.capacity, hourly, ready.seconds)
-    compact.price_source = source
+    price = price_given(payload, args)
+    compact = bench_results(sweep.cells, sweep.capacity, ready.seconds)
+    compact.price_source = price["priceSource"] if price else None
     full = {
         "schemaVersion": RESULTS_SCHEMA_VERSION,
         "generator": {
@@ -270,7 +282,7 @@ async def measure(
             "eventLoop": loop_name(asyncio.get_running_loop()),
             **versions(),
         },
-        "resource": job.get("metadata") or {},
+        "resource": payload.metadata.to_wire() if payload else {},
         "endpoint": base_url,
         "model": model,
         "api": workload.api.value,
@@ -291,7 +303,7 @@ async def measure(
         },
         "cells": sweep.cells,
         "capacity": {str(k): v for k, v in sweep.capacity.items()},
-        "cost": cost_block(sweep.capacity, sweep.cells, dollars, chips, source),
+        "price": price,
         "summary": compact.to_wire(),
     }
     if sweep.cells and all(c["completed"] == 0 for c in sweep.cells):
@@ -322,21 +334,21 @@ def main(argv: Sequence[str] | None = None, env: dict[str, str] | None = None) -
     env = dict(os.environ) if env is None else env
     args = build_parser().parse_args(argv)
     started = time.perf_counter()
-    term_log = env.get("ACCELBENCH_TERMINATION_LOG")
+    term_log = env.get(ENV_TERMINATION_LOG)
     try:
         with asyncio.Runner(loop_factory=loop_factory(args.event_loop)) as runner:
             full, compact = runner.run(run(args, env))
     except ConfigError as exc:
         log.error("%s", exc)
         write_termination_log(worker_report(None, time.perf_counter() - started, versions(), exc), term_log)
-        return EXIT_INVALID_CONFIG
+        return ExitCode.INVALID_CONFIG
     except Exception as exc:
         log.exception("bench failed")
         write_termination_log(worker_report(None, time.perf_counter() - started, versions(), exc), term_log)
-        return EXIT_ERROR
+        return ExitCode.ERROR
     write_local(full, args.out)
-    write_configmap(full, env.get("ACCELBENCH_RESULTS_CONFIGMAP"), env.get("POD_NAMESPACE"))
+    write_configmap(full, env.get(ENV_RESULTS_CONFIGMAP), env.get(ENV_POD_NAMESPACE))
     report = worker_report(compact, time.perf_counter() - started, versions())
     write_termination_log(report, term_log)
     print(json.dumps(full["summary"], indent=1))
-    return EXIT_OK
+    return ExitCode.OK

@@ -10,16 +10,14 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any
 
+from ...api.contract import RESULTS_CONFIGMAP_KEY
 from ...api.report import ReportKind, Timings, WorkerError, WorkerReport
 from ...api.status import BenchCell, BenchResults
-from .capacity import dollars_per_million_tokens
 
 log = logging.getLogger("accelbench.bench")
 
 RESULTS_SCHEMA_VERSION = 1
-RESULTS_KEY = "results.json"
 CONFIGMAP_LIMIT_BYTES = 1_000_000  # etcd caps an object near 1 MiB
 
 
@@ -55,9 +53,9 @@ def capacity_for_status(capacity: dict[int, dict]) -> dict | None:
     return capacity[max(capacity)]
 
 
-def bench_results(
-    cells: list[dict], capacity: dict[int, dict], dollars_hour: float | None, startup_s: float | None
-) -> BenchResults:
+def bench_results(cells: list[dict], capacity: dict[int, dict], startup_s: float | None) -> BenchResults:
+    """The compact results: what was measured. The $ fields stay empty: the operator prices them
+    (accelbench.cost) with the price it holds."""
     peak = max((c["outputTokensPerSecond"] for c in cells), default=None)
     cap = capacity_for_status(capacity) or {}
     return BenchResults(
@@ -67,46 +65,12 @@ def bench_results(
         binding_constraint=cap.get("bindingConstraint"),
         first_failing_concurrency=cap.get("firstFailingConcurrency"),
         peak_output_tokens_per_second=round(peak, 2) if peak else None,
-        dollars_per_million_tokens_at_capacity=_round(
-            dollars_per_million_tokens(dollars_hour or 0.0, cap.get("outputTokensPerSecondAtCapacity"))
-            if dollars_hour
-            else None
-        ),
-        dollars_per_million_tokens_at_peak=_round(
-            dollars_per_million_tokens(dollars_hour, peak) if dollars_hour else None
-        ),
         server_startup_seconds=None if startup_s is None else round(startup_s, 2),
     )
 
 
 def _round(value: float | None, digits: int = 4) -> float | None:
     return None if value is None else round(value, digits)
-
-
-def cost_block(
-    capacity: dict[int, dict], cells: list[dict], dollars_per_chip_hour: float | None, chips: int, source: str
-) -> dict[str, Any]:
-    """$ per 1M output tokens, per input length, at capacity and at that length's peak."""
-    if dollars_per_chip_hour is None:
-        return {"priceSource": None}
-    hourly = dollars_per_chip_hour * chips
-    per_length: dict[str, Any] = {}
-    for length in sorted({c["inputLength"] for c in cells}):
-        peak = max((c["outputTokensPerSecond"] for c in cells if c["inputLength"] == length), default=None)
-        at_cap = (capacity.get(length) or {}).get("outputTokensPerSecondAtCapacity")
-        per_length[str(length)] = {
-            "dollarsPerMillionOutputTokensAtCapacity": dollars_per_million_tokens(hourly, at_cap),
-            "dollarsPerMillionOutputTokensAtPeak": dollars_per_million_tokens(hourly, peak),
-            "peakOutputTokensPerSecond": peak,
-        }
-    return {
-        "dollarsPerChipHour": dollars_per_chip_hour,
-        "chips": chips,
-        "dollarsPerHour": hourly,
-        "priceSource": source,
-        "formula": "$/hour / (output tokens/s × 3600) × 1e6",
-        "byInputLength": per_length,
-    }
 
 
 def worker_report(
@@ -154,7 +118,11 @@ def fit_configmap(full: dict, limit: int = CONFIGMAP_LIMIT_BYTES) -> str:
 
 
 def write_configmap(full: dict, name: str | None, namespace: str | None) -> bool:
-    """Patch the results ConfigMap; outside a cluster (no service account) it logs and skips."""
+    """Patch the results ConfigMap; outside a cluster (no service account) it logs and skips.
+
+    The one Kubernetes API call a pod makes (declared in render/inference.py and the README): the
+    client's own ServiceAccount may get, patch and update only this ConfigMap.
+    """
     if not name or not namespace:
         log.info("no results ConfigMap named (ACCELBENCH_RESULTS_CONFIGMAP/POD_NAMESPACE): skipped")
         return False
@@ -171,10 +139,10 @@ def write_configmap(full: dict, name: str | None, namespace: str | None) -> bool
         else:
             config.load_kube_config(kubeconfig)
         client.CoreV1Api().patch_namespaced_config_map(
-            name, namespace, {"data": {RESULTS_KEY: fit_configmap(full)}}
+            name, namespace, {"data": {RESULTS_CONFIGMAP_KEY: fit_configmap(full)}}
         )
     except Exception as exc:  # the termination message still carries the compact results
         log.warning("cannot patch ConfigMap %s/%s: %s", namespace, name, exc)
         return False
-    log.info("patched ConfigMap %s/%s key %s", namespace, name, RESULTS_KEY)
+    log.info("patched ConfigMap %s/%s key %s", namespace, name, RESULTS_CONFIGMAP_KEY)
     return True

@@ -17,7 +17,7 @@ both frameworks are measured by the same code. A framework's `train` must:
 - after the held-out eval, when `ctx.pass_at_k` is set, generate and score it with
   `finetune.passk.evaluate` (generate_torch / jax_worker.passk supply the generation) and put the
   result in `FinetuneOutcome.pass_at_k`;
-- fill `FinetuneOutcome` and raise `InvalidConfigError` for inputs that cannot work (exit code 3);
+- fill `FinetuneOutcome` and raise `InvalidConfigError` for inputs that cannot work (ExitCode.INVALID_CONFIG);
   anything else propagates and becomes exit code 1.
 """
 
@@ -27,9 +27,10 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ...api import FinetuneJob
+from ...api.payload import WorkerPlan
 from ...api.status import PassAtKResults
 from .. import InvalidConfigError
 from ..data import PreparedData
@@ -49,38 +50,25 @@ class MetricsSink(Protocol):
     def on_eval(self, step: int, eval_loss: float) -> None: ...
 
 
-class NullSink:
-    """A MetricsSink that drops everything (tests, non-zero ranks)."""
-
-    def on_step(
-        self, step: int, total_steps: int, loss: float, tokens_per_second: float | None, mfu: float | None
-    ) -> None:
-        return None
-
-    def on_eval(self, step: int, eval_loss: float) -> None:
-        return None
-
-
 @dataclass(frozen=True)
 class TrainContext:
     """Everything a framework's `train` needs; built once by the entrypoint.
 
-    `plan` is the planner's Plan in wire form (camelCase keys: chips, hosts, chipsPerHost, fsdp, tp,
-    framework, microBatchSize, ...), exactly as the ACCELBENCH_JOB payload carries it.
+    `plan` is the operator's plan from the payload (framework, chips, fsdp, tp, micro-batch, peak).
     """
 
     job: FinetuneJob
-    plan: dict[str, Any]
+    plan: WorkerPlan
     model_dir: Path  # local Hugging Face-format directory (config.json, *.safetensors, tokenizer)
     data: PreparedData  # tokenized, masked, packed; yields byte-identical batches to both frameworks
     dist: DistEnv  # rank/world/local rank (torch) or process id/count (JAX)
     metrics: MetricsSink
     flops_per_token: float  # per trained token, workers.flops (the report recomputes nothing)
-    peak_tflops_per_chip: float | None  # catalog figure for the accelerator; None = unknown (cpu)
+    peak_tflops_per_chip: float | None  # the plan's (catalog, dense bf16); what MFU divides by
     chips: int  # chips the run uses in total (MFU divides by it)
     output_dir: Path | None = None  # local path to write weights to; None = do not save
     warmup_steps_excluded: int = 1  # steps left out of tokens/s (compilation, allocator warm-up)
-    compile: bool = False  # ACCELBENCH_COMPILE=1: torch.compile / (JAX always jits)
+    compile: bool = False  # ENV_COMPILE=1: torch.compile (JAX always jits)
     log: Callable[[str], None] = print
     pass_at_k: PassAtKTask | None = None  # spec.passAtK with its problems loaded; None = not asked for
 
@@ -147,7 +135,6 @@ __all__ = [
     "FinetuneOutcome",
     "InvalidConfigError",
     "MetricsSink",
-    "NullSink",
     "StepRecord",
     "TrainContext",
     "learning_rate_at",

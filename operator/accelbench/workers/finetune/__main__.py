@@ -1,11 +1,15 @@
 """`python -m accelbench.workers.finetune [--job FILE]`: the FinetuneJob container's command.
 
-Reads the job (ACCELBENCH_JOB or --job), prepares the shared data, serves metrics, runs the JAX or
-PyTorch path, writes the WorkerReport and exits 0 (ok), 1 (unexpected error) or 3 (invalid config).
+Reads the job (the ENV_JOB payload or --job), prepares the shared data, serves metrics, runs the
+JAX or PyTorch path, writes the WorkerReport and exits with an api.contract.ExitCode: OK, ERROR
+(unexpected) or INVALID_CONFIG.
 
 PyTorch with more than one process (NNODES × NPROC_PER_NODE > 1, as the renderer sets them) and no
 RANK yet: this process becomes the launcher and re-runs itself under torchrun (torch.distributed.run)
 with the rendezvous env; it then exits with the code the workers' report implies.
+
+Every fact the operator decided (framework, chips, mesh, micro-batch, the chips' peak FLOP/s) comes
+from the payload's plan; the worker measures the model it loads (FLOPs from its config.json).
 """
 
 from __future__ import annotations
@@ -21,13 +25,34 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...api import FinetuneJob, WorkerReport
+from ...api import FinetuneJob, Framework, MethodType, WorkerReport
+from ...api.contract import (
+    ENV_COMPILE,
+    ENV_COMPLETION_INDEX,
+    ENV_JOB,
+    ENV_LOCAL_RANK,
+    ENV_MASTER_ADDR,
+    ENV_MASTER_PORT,
+    ENV_NNODES,
+    ENV_NODE_RANK,
+    ENV_NPROC_PER_NODE,
+    ENV_RANK,
+    ExitCode,
+)
+from ...api.payload import WorkerPlan
 from .. import InvalidConfigError
 from ..data import PreparedData, data_config_from_spec, prepare_data
 from ..flops import flops_per_token, shape_from_hf_config
 from ..jobenv import DistEnv, JobInput, dist_env, load_job, resolve_uri
 from ..metrics import WorkerMetrics, metrics_port, start_metrics_server
-from ..report import build_report, error_report, exit_code, termination_log_path, write_report
+from ..report import (
+    INVALID_CONFIG_TYPE,
+    build_report,
+    error_report,
+    exit_code,
+    termination_log_path,
+    write_report,
+)
 from . import FinetuneOutcome, MetricsSink, TrainContext
 from .passk import PassAtKTask, load_task
 
@@ -59,25 +84,6 @@ class RunOptions:
     log: Any = None  # callable(str); default: print to stderr
 
 
-def framework_of(job: FinetuneJob, plan: Mapping[str, Any]) -> str:
-    if job.spec.framework is not None:
-        return job.spec.framework.value
-    if plan.get("framework"):
-        return str(plan["framework"])
-    from ...catalog import default_framework
-
-    return default_framework(job.spec.accelerator.type.value)
-
-
-def peak_tflops(job: FinetuneJob) -> float | None:
-    from ...catalog import load_catalog
-
-    try:
-        return load_catalog().get(job.spec.accelerator.type.value).peak_bf16_tflops
-    except KeyError:
-        return None
-
-
 def read_model_config(model_dir: Path) -> dict[str, Any]:
     path = model_dir / "config.json"
     try:
@@ -92,21 +98,19 @@ def job_flops(job: FinetuneJob, model_dir: Path) -> tuple[float, str]:
     """FLOPs per trained token of the model actually loaded (its config.json, not the catalog)."""
     shape = shape_from_hf_config(read_model_config(model_dir), job.spec.model.family.value)
     method = job.spec.method
-    rank = method.rank if method.type.value == "lora" else None
+    rank = method.rank if method.type == MethodType.LORA else None
     result = flops_per_token(shape, job.spec.training.seq_length, rank, method.target_modules)
     return result.total, result.formula
 
 
-def chips_for(framework: str, dist: DistEnv, plan: Mapping[str, Any]) -> int:
+def chips_for(plan: WorkerPlan, dist: DistEnv) -> int:
     # torch runs one process per chip; a JAX process drives all chips of its host.
-    if framework == "pytorch":
+    if plan.framework == Framework.PYTORCH:
         return max(dist.world_size, 1)
-    return int(plan.get("chips") or 1)
+    return plan.chips
 
 
-def build_context(
-    job_input: JobInput, framework: str, dist: DistEnv, sink: MetricsSink, options: RunOptions
-) -> TrainContext:
+def build_context(job_input: JobInput, dist: DistEnv, sink: MetricsSink, options: RunOptions) -> TrainContext:
     job, plan = job_input.job, job_input.plan
     spec = job.spec
     model_dir = resolve_uri(spec.model.uri, options.env, options.base_dir)
@@ -120,21 +124,21 @@ def build_context(
         output_dir = resolve_uri(spec.output.uri, options.env, options.base_dir)
     config = data_config_from_spec(spec, plan, options.max_steps)
     data: PreparedData = prepare_data(model_dir, dataset, config, spec.model.family.value)
-    data.micro_batch_size(max(dist.world_size, 1) if framework == "pytorch" else 1)  # fail early (exit 3)
+    data.micro_batch_size(max(dist.world_size, 1) if plan.framework == Framework.PYTORCH else 1)  # fail early
     flops, _ = job_flops(job, model_dir)
     return TrainContext(
         job=job,
-        plan=dict(plan),
+        plan=plan,
         model_dir=model_dir,
         data=data,
         dist=dist,
         metrics=sink,
         flops_per_token=flops,
-        peak_tflops_per_chip=peak_tflops(job),
-        chips=chips_for(framework, dist, plan),
+        peak_tflops_per_chip=plan.peak_tflops_per_chip,
+        chips=chips_for(plan, dist),
         output_dir=output_dir,
         warmup_steps_excluded=1 if data.total_steps > 1 else 0,
-        compile=options.env.get("ACCELBENCH_COMPILE", "") == "1",
+        compile=options.env.get(ENV_COMPILE, "") == "1",
         log=options.log or _stderr,
         pass_at_k=pass_at_k_task(job, model_dir, options),
     )
@@ -155,12 +159,12 @@ def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def train_with(framework: str, ctx: TrainContext) -> FinetuneOutcome:
-    if framework == "pytorch":
+def train_with(framework: Framework, ctx: TrainContext) -> FinetuneOutcome:
+    if framework == Framework.PYTORCH:
         from . import torch_worker
 
         return torch_worker.train(ctx)
-    if framework == "jax":
+    if framework == Framework.JAX:
         try:
             from . import jax_worker  # type: ignore[attr-defined]
         except ImportError as exc:
@@ -173,11 +177,10 @@ def run_job(job_input: JobInput, options: RunOptions | None = None) -> tuple[Wor
     """Run one worker process to the end; never raises for job errors: they become the report."""
     options = options or RunOptions()
     started = time.perf_counter()
-    framework: str | None = None
+    framework = job_input.plan.framework
     dist = DistEnv()
     server = None
     try:
-        framework = framework_of(job_input.job, job_input.plan)
         dist = dist_env(framework, options.env)
         metrics = WorkerMetrics()
         port = metrics_port(options.env) if options.serve_metrics else None
@@ -185,7 +188,7 @@ def run_job(job_input: JobInput, options: RunOptions | None = None) -> tuple[Wor
             server = start_metrics_server(port, metrics)
             (options.log or _stderr)(f"metrics: serving on port {server.port}")
         sink: MetricsSink = TeeSink(metrics, options.extra_sink) if options.extra_sink else metrics
-        ctx = build_context(job_input, framework, dist, sink, options)
+        ctx = build_context(job_input, dist, sink, options)
         outcome = train_with(framework, ctx)
         flops, formula = job_flops(job_input.job, ctx.model_dir)
         report = build_report(
@@ -196,7 +199,7 @@ def run_job(job_input: JobInput, options: RunOptions | None = None) -> tuple[Wor
             rank=dist.rank,
             total_seconds=time.perf_counter() - started,
         )
-        return report, 0
+        return report, ExitCode.OK
     except Exception as exc:  # the report carries it; the exit code says whether to retry
         (options.log or _stderr)(f"error: {type(exc).__name__}: {exc}")
         report = error_report(
@@ -208,25 +211,26 @@ def run_job(job_input: JobInput, options: RunOptions | None = None) -> tuple[Wor
             server.stop()
 
 
-def needs_launcher(framework: str, env: Mapping[str, str]) -> bool:
-    if framework != "pytorch" or env.get("RANK") is not None:
+def needs_launcher(framework: Framework, env: Mapping[str, str]) -> bool:
+    if framework != Framework.PYTORCH or env.get(ENV_RANK) is not None:
         return False
-    nnodes = int(env.get("NNODES") or 1)
-    nproc = int(env.get("NPROC_PER_NODE") or 1)
+    nnodes = int(env.get(ENV_NNODES) or 1)
+    nproc = int(env.get(ENV_NPROC_PER_NODE) or 1)
     return nnodes * nproc > 1
 
 
 def launch_torchrun(argv: Sequence[str], env: Mapping[str, str]) -> int:
     """Re-run this module under torchrun; map the workers' outcome to this pod's exit code."""
+    node_rank = env.get(ENV_NODE_RANK) or env.get(ENV_COMPLETION_INDEX) or 0
     command = [
         sys.executable,
         "-m",
         "torch.distributed.run",
-        f"--nnodes={env.get('NNODES') or 1}",
-        f"--nproc-per-node={env.get('NPROC_PER_NODE') or 1}",
-        f"--node-rank={env.get('NODE_RANK') or env.get('JOB_COMPLETION_INDEX') or 0}",
-        f"--master-addr={env.get('MASTER_ADDR') or '127.0.0.1'}",
-        f"--master-port={env.get('MASTER_PORT') or 29500}",
+        f"--nnodes={env.get(ENV_NNODES) or 1}",
+        f"--nproc-per-node={env.get(ENV_NPROC_PER_NODE) or 1}",
+        f"--node-rank={node_rank}",
+        f"--master-addr={env.get(ENV_MASTER_ADDR) or '127.0.0.1'}",
+        f"--master-port={env.get(ENV_MASTER_PORT) or 29500}",
         "-m",
         "accelbench.workers.finetune",
         *argv,
@@ -237,33 +241,36 @@ def launch_torchrun(argv: Sequence[str], env: Mapping[str, str]) -> int:
     if text.strip():
         report = WorkerReport.model_validate_json(text)
         if report.ok:
-            return 0 if rc == 0 else 1
-        return 3 if report.error and report.error.type == "InvalidConfig" else 1
+            return ExitCode.OK if rc == 0 else ExitCode.ERROR
+        return (
+            ExitCode.INVALID_CONFIG
+            if report.error and report.error.type == INVALID_CONFIG_TYPE
+            else ExitCode.ERROR
+        )
     if rc != 0:
         crash = error_report(RuntimeError(f"torchrun exited with {rc} before a report was written"))
         write_report(crash, env=env)
-        return 1
-    return 0
+        return ExitCode.ERROR
+    return ExitCode.OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m accelbench.workers.finetune", description=__doc__)
-    parser.add_argument("--job", help="job file (JSON/YAML payload or manifest); default: $ACCELBENCH_JOB")
+    parser.add_argument("--job", help=f"job file (JSON/YAML payload or manifest); default: ${ENV_JOB}")
     parser.add_argument("--steps", type=int, default=None, help="override the number of optimizer steps")
     args = parser.parse_args(argv)
     env = dict(os.environ)
     try:
         job_input = load_job(args.job, env)
-        framework = framework_of(job_input.job, job_input.plan)
     except InvalidConfigError as exc:
         _stderr(f"error: invalid config: {exc}")
         write_report(error_report(exc), env=env)
-        return 3
-    if needs_launcher(framework, env):
+        return ExitCode.INVALID_CONFIG
+    if needs_launcher(job_input.plan.framework, env):
         return launch_torchrun(list(argv if argv is not None else sys.argv[1:]), env)
     base = Path(args.job).resolve().parent if args.job else None
     report, code = run_job(job_input, RunOptions(base_dir=base, max_steps=args.steps, env=env))
-    if report.rank == 0 or int(env.get("LOCAL_RANK") or 0) == 0:
+    if report.rank == 0 or int(env.get(ENV_LOCAL_RANK) or 0) == 0:
         write_report(report, env=env)
     return code
 

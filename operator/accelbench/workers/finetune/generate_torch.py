@@ -99,7 +99,7 @@ def run_pass_at_k(
     task = ctx.pass_at_k
     assert task is not None
     module = unwrap(model)
-    fsdp = distributed and int(ctx.plan.get("fsdp") or 1) > 1
+    fsdp = distributed and ctx.plan.fsdp > 1
     if fsdp:
         from torch.distributed.fsdp import register_fsdp_forward_method
 

@@ -36,13 +36,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ...api.contract import ENV_CHECKER_PROBLEM, ENV_CHECKER_SAMPLE, ENV_CHECKER_WORKDIR
 from ...api.finetune import Checker, ExtractMode, PassAtK
 from ...api.status import PassAtKResults
 from ..data import ROLES, ChatTokenizer, DataError, jsonl_rows
 
-SAMPLE_ENV = "ACCELBENCH_SAMPLE"
-PROBLEM_ENV = "ACCELBENCH_PROBLEM"
-WORKDIR_ENV = "ACCELBENCH_WORKDIR"
 PROBLEM_FILE = "problem.json"
 OUTPUT_FILE = "checker-output.txt"
 DETAIL_CHARS = 240  # how much of a checker's output a result keeps (for the report's note)
@@ -234,7 +232,11 @@ def run_checker(
             paths = {"sample": str(sample_path), "problem": str(problem_path), "workdir": str(workdir)}
             env = dict(os.environ)
             env.update(
-                {SAMPLE_ENV: paths["sample"], PROBLEM_ENV: paths["problem"], WORKDIR_ENV: paths["workdir"]}
+                {
+                    ENV_CHECKER_SAMPLE: paths["sample"],
+                    ENV_CHECKER_PROBLEM: paths["problem"],
+                    ENV_CHECKER_WORKDIR: paths["workdir"],
+                }
             )
             argv = [expand(a, paths) for a in checker.command]
             return _run(argv, workdir, env, checker.timeout_seconds, started)

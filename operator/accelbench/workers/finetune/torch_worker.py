@@ -26,7 +26,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ...api.finetune import CheckpointFormat, MethodType, Precision
+from ...api.contract import ENV_TORCH_ATTENTION
+from ...api.finetune import CheckpointFormat, MethodType, Precision, expand_lora_targets
 from ..data import Batch, attention_allowed
 from . import (
     ADAM_BETAS,
@@ -117,10 +118,10 @@ def peak_memory(device: torch.device) -> int | None:
 # Model
 
 
-# ACCELBENCH_TORCH_ATTENTION names transformers' attn_implementation outright (e.g. flex_attention,
+# ENV_TORCH_ATTENTION names transformers' attn_implementation outright (e.g. flex_attention,
 # or torch_attention.NAME on a machine without flash_attn) for benchmarking; packed rows' masks are
 # built for sdpa/eager and torch_attention.NAME only, so leave it unset for packed data otherwise.
-ATTENTION_OVERRIDE = "ACCELBENCH_TORCH_ATTENTION"
+ATTENTION_OVERRIDE = ENV_TORCH_ATTENTION
 
 
 def choose_attention(flash_requested: bool, device: torch.device) -> tuple[str, str | None]:
@@ -158,15 +159,17 @@ def apply_lora(model: torch.nn.Module, ctx: TrainContext) -> torch.nn.Module:
     from peft import LoraConfig, get_peft_model
 
     method = ctx.job.spec.method
+    # all-linear expanded here, not by PEFT: the same projections the JAX worker and FLOPs count use.
+    targets = expand_lora_targets(method.target_modules)
     present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
-    missing = [t for t in method.target_modules if t not in present]
+    missing = [t for t in targets if t not in present]
     if missing:
         raise InvalidConfigError(f"LoRA target modules {missing} are not in the model")
     config = LoraConfig(
         r=int(method.rank or 0),
         lora_alpha=method.lora_alpha,
         lora_dropout=method.dropout,
-        target_modules=list(method.target_modules),
+        target_modules=list(targets),
         task_type="CAUSAL_LM",
     )
     return get_peft_model(model, config)
@@ -179,9 +182,9 @@ def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
 
 def wrap_distributed(model: torch.nn.Module, ctx: TrainContext, device: torch.device) -> torch.nn.Module:
     plan = ctx.plan
-    if int(plan.get("tp") or 1) > 1:
+    if plan.tp > 1:
         raise InvalidConfigError("tensor parallelism (tp > 1) is not implemented in the PyTorch worker")
-    if int(plan.get("fsdp") or 1) > 1:
+    if plan.fsdp > 1:
         from torch.distributed.fsdp import fully_shard
 
         for layer in decoder_layers(model):
@@ -465,7 +468,7 @@ def save_weights(model: torch.nn.Module, ctx: TrainContext, lora: bool, dist: bo
     assert out is not None
     merge = ctx.job.spec.output.merge_lora if ctx.job.spec.output else True
     state = None
-    if dist and int(ctx.plan.get("fsdp") or 1) > 1:
+    if dist and ctx.plan.fsdp > 1:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
@@ -497,7 +500,3 @@ def library_versions(attn: str, device: torch.device) -> dict[str, str]:
     if device.type == "cuda" and torch.version.cuda:
         versions["cuda"] = str(torch.version.cuda)
     return versions
-
-
-def compile_enabled(env: dict[str, str] | None = None) -> bool:
-    return (env if env is not None else os.environ).get("ACCELBENCH_COMPILE", "") == "1"

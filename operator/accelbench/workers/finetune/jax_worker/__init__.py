@@ -22,7 +22,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 import jax
 
-from ....api.finetune import CheckpointFormat, MethodType, Precision
+from ....api.finetune import CheckpointFormat, MethodType, Precision, expand_lora_targets
 from ....bridge import export_hf, export_peft_adapter, load_hf, save_orbax, sharded_placer
 from ....bridge.convert import LoadedModel
 from ...data import Batch, StepBatch
@@ -71,7 +71,7 @@ def load_model(ctx: TrainContext, mesh: Mesh) -> LoadedModel:
             )
         try:
             loaded.model.add_lora(
-                spec.method.target_modules,
+                expand_lora_targets(spec.method.target_modules),  # all-linear: every projection
                 rank=spec.method.rank or 0,
                 alpha=spec.method.lora_alpha,
                 seed=spec.training.seed,
@@ -214,7 +214,7 @@ def train(ctx: TrainContext) -> FinetuneOutcome:
     initialize_distributed(ctx.dist)
     spec = ctx.job.spec
     training = spec.training
-    mesh = build_mesh(ctx.plan)
+    mesh = build_mesh(ctx.plan.fsdp, ctx.plan.tp)
     ctx.log(f"jax mesh {dict(mesh.shape)} on {jax.device_count()} devices, {jax.process_count()} processes")
     loaded = load_model(ctx, mesh)
     notes = [attention_note(loaded.model.segment_masks)]

@@ -8,7 +8,6 @@ that axis (Gemma 3 1B has one kv head: its kv weights cannot be split over tp).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -47,10 +46,8 @@ def initialize_distributed(dist: DistEnv) -> None:
     )
 
 
-def mesh_shape(plan: Mapping[str, Any], device_count: int) -> tuple[int, int, int]:
+def mesh_shape(fsdp: int, tp: int, device_count: int) -> tuple[int, int, int]:
     """(data, fsdp, tp) from the plan's fsdp and tp; data takes the devices left over."""
-    fsdp = int(plan.get("fsdp") or 1)
-    tp = int(plan.get("tp") or 1)
     if device_count % (fsdp * tp):
         raise InvalidConfigError(
             f"fsdp {fsdp} × tp {tp} does not divide the {device_count} devices of the job"
@@ -58,9 +55,10 @@ def mesh_shape(plan: Mapping[str, Any], device_count: int) -> tuple[int, int, in
     return device_count // (fsdp * tp), fsdp, tp
 
 
-def build_mesh(plan: Mapping[str, Any], devices: list[jax.Device] | None = None) -> Mesh:
+def build_mesh(fsdp: int, tp: int, devices: list[jax.Device] | None = None) -> Mesh:
+    """The (data, fsdp, tp) mesh of the plan's axes over `devices` (default: every device)."""
     devices = devices if devices is not None else jax.devices()
-    shape = mesh_shape(plan, len(devices))
+    shape = mesh_shape(fsdp, tp, len(devices))
     # tp innermost: its all-reduces are the most frequent, so it spans the closest devices.
     return Mesh(np.asarray(devices).reshape(shape), AXES)
 

@@ -19,6 +19,7 @@ from flax import nnx
 
 import jax
 
+from ....api.contract import ENV_LOSS_CHUNK
 from ....jaxmodels import Transformer
 from .. import ADAM_BETAS, ADAM_EPS, MAX_GRAD_NORM, learning_rate_at
 
@@ -94,7 +95,7 @@ def _ce_of(graphdef: nnx.GraphDef, trainable: nnx.State, frozen: nnx.State, batc
 # results/loss-chunked): chunks of 512 cut the 1B full fine-tune's peak from 84.7 to 66.1 GB but
 # cost 2-5 % tokens/s (the logits are recomputed in the backward pass), so it is opt-in: for
 # batches or models that do not fit otherwise.
-LOSS_CHUNK_TOKENS = int(os.environ.get("ACCELBENCH_LOSS_CHUNK", "0"))
+LOSS_CHUNK_TOKENS = int(os.environ.get(ENV_LOSS_CHUNK, "0"))
 
 
 def chunked_ce_sum(

@@ -1,4 +1,7 @@
-"""Render a bench results JSON (workers/bench/main.py writes it) to HTML + PNG.
+"""An InferenceBench's full results JSON (workers/bench/main.py writes it) as HTML + PNG.
+
+$ per 1M output tokens per input length is priced here with accelbench.cost from the price the
+results carry, as the operator prices the status.
 
 Plots: TTFT p50 vs input length, one line per concurrency; output throughput vs per-user decode
 speed (1000 / TPOT p50), one point per cell: the throughput–interactivity trade-off.
@@ -12,6 +15,8 @@ import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
+
+from ..cost import cost_by_input_length, dollars_per_hour
 
 TABLE_COLUMNS = (
     ("inputLength", "input", "{:d}"),
@@ -133,10 +138,12 @@ def summary_list(results: dict) -> str:
     ]
     for length, cap in (results.get("capacity") or {}).items():
         items.append((f"capacity at input {length}", json.dumps(cap)))
-    cost = results.get("cost") or {}
-    if cost.get("priceSource") is not None:
-        items.append(("price", f"{cost.get('dollarsPerHour')} $/h ({cost.get('priceSource')})"))
-        for length, figures in (cost.get("byInputLength") or {}).items():
+    price = results.get("price") or {}
+    if price.get("dollarsPerChipHour") is not None:
+        hourly = dollars_per_hour(price.get("chips") or 1, price["dollarsPerChipHour"])
+        items.append(("price", f"{hourly:g} $/h ({price.get('priceSource')})"))
+        by_length = cost_by_input_length(results.get("cells") or [], results.get("capacity") or {}, hourly)
+        for length, figures in by_length.items():
             items.append((f"$ per 1M output tokens, input {length}", json.dumps(figures)))
     if results.get("tokenizer", {}).get("exact") is False:
         items.append(("warning", "input lengths are approximate (no server or local tokenizer)"))

@@ -1,4 +1,6 @@
-"""`accelbench`: generate CRDs, plan and render manifests, (later) run workers locally and report."""
+"""`accelbench`: generate CRDs, plan and render manifests, run the fine-tuning worker locally,
+convert checkpoints, compare finished runs (read through the controller's client) and render
+InferenceBench reports. Heavy imports stay inside the commands, so `--help` is quick."""
 
 from __future__ import annotations
 
@@ -9,7 +11,8 @@ from pathlib import Path
 
 import yaml
 
-from . import __version__
+from .. import __version__
+from ..api.contract import ENV_METRICS_PORT, ExitCode
 from .manifests import LoadedResource, ManifestError, load_resources
 
 
@@ -18,7 +21,7 @@ def _dump_yaml(objects: Sequence[dict]) -> str:
 
 
 def cmd_crds(args: argparse.Namespace) -> int:
-    from .catalog import load_catalog
+    from ..catalog import load_catalog
     from .crdgen import generate_crds
 
     crds = generate_crds(load_catalog())
@@ -34,8 +37,8 @@ def cmd_crds(args: argparse.Namespace) -> int:
 
 
 def _plans(loaded: list[LoadedResource]):
-    from .catalog import load_catalog
-    from .plan import plan_for
+    from ..catalog import load_catalog
+    from ..plan import plan_for
 
     catalog = load_catalog()
     for item in loaded:
@@ -94,29 +97,16 @@ def _price_label(source: str) -> str:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from .render import render
+    from ..render import render
 
     objects: list[dict] = []
     for item, plan, catalog in _plans(load_resources(args.file)):
         res = item.resource
         if args.namespace and not res.metadata.namespace:
             res.metadata.namespace = args.namespace
-        objects += render(res, plan, catalog)
+        objects += render(res, plan, catalog).objects
     sys.stdout.write(_dump_yaml(objects))
     return 0
-
-
-def _run_plan(resource) -> tuple[dict, str | None]:
-    """The planner's plan in wire form, or {} and why: a local run goes ahead without one."""
-    from .catalog import load_catalog
-    from .plan import plan_for
-    from .plan.types import PlanError
-    from .render.payload import plan_to_wire
-
-    try:
-        return plan_to_wire(plan_for(resource, load_catalog())), None
-    except (PlanError, ValueError) as exc:
-        return {}, f"no plan ({exc}); running with the spec alone"
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -124,25 +114,27 @@ def cmd_run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from .api import FinetuneJob
-    from .workers.finetune.__main__ import RunOptions, run_job
-    from .workers.jobenv import JobInput
+    from ..api import FinetuneJob
+    from ..catalog import load_catalog
+    from ..plan import local_worker_plan
+    from ..workers.finetune.__main__ import RunOptions, run_job
+    from ..workers.jobenv import JobInput
 
     console = Console(stderr=True)
     try:
         loaded = load_resources(args.file)
     except ManifestError as exc:
         console.print(f"error: invalid config: {exc}")
-        return 3  # the worker's code for invalid configuration
+        return ExitCode.INVALID_CONFIG  # as the worker would exit
     jobs = [item for item in loaded if isinstance(item.resource, FinetuneJob)]
     if not jobs:
         console.print(f"error: {args.file} holds no FinetuneJob")
-        return 3
+        return ExitCode.INVALID_CONFIG
     base = Path(args.file).resolve().parent if args.file != "-" else Path.cwd()
     worst = 0
     for item in jobs:
         job = item.resource
-        plan, note = _run_plan(job)
+        plan, note = local_worker_plan(job, load_catalog())
         if note:
             console.print(f"note: {note}")
         with Progress(
@@ -164,7 +156,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 log=lambda message: progress.console.print(message),
             )
             if args.metrics_port is not None:
-                options.env = {**options.env, "ACCELBENCH_METRICS_PORT": str(args.metrics_port)}
+                options.env = {**options.env, ENV_METRICS_PORT: str(args.metrics_port)}
             report, code = run_job(JobInput(job, plan), options)
         _print_report(Console(), job.metadata.name, report)
         if args.json:
@@ -227,7 +219,7 @@ def _print_report(console, name: str, report) -> None:
 def cmd_report(args: argparse.Namespace) -> int:
     import json
 
-    from .report import render_report
+    from ..views import render_report
 
     try:
         results = json.loads(Path(args.input).read_text())
@@ -240,46 +232,40 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def _list_resources(args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
-    """FinetuneJobs and InferenceBenches from the cluster of the kubeconfig (or in-cluster)."""
-    import os
-
-    from kubernetes import client, config
-
-    from .api.base import GROUP, VERSION
+    """FinetuneJobs and InferenceBenches from the cluster, through the controller's client."""
+    from ..api import API_VERSION, FinetuneJob, InferenceBench
+    from ..controller.kube import Kube, load_config
 
     try:
-        config.load_kube_config(config_file=args.kubeconfig, context=args.context)
-    except (config.ConfigException, OSError, TypeError) as exc:
-        if args.kubeconfig or not os.environ.get("KUBERNETES_SERVICE_HOST"):
-            raise config.ConfigException(f"kubeconfig {args.kubeconfig or '(default)'}: {exc}") from None
-        config.load_incluster_config()  # running in a pod
-    api = client.CustomObjectsApi()
-    selector = {"label_selector": args.selector} if args.selector else {}
-    found = []
-    for plural in ("finetunejobs", "inferencebenches"):
-        if args.all_namespaces:
-            listed = api.list_cluster_custom_object(GROUP, VERSION, plural, _request_timeout=30, **selector)
-        else:
-            listed = api.list_namespaced_custom_object(
-                GROUP, VERSION, args.namespace, plural, _request_timeout=30, **selector
-            )
-        found.append(list(listed.get("items") or []))
-    return found[0], found[1]
+        load_config(args.kubeconfig, args.context)
+    except (ConfigException, OSError, TypeError) as exc:
+        raise ConfigException(f"kubeconfig {args.kubeconfig or '(default)'}: {exc}") from None
+    kube = Kube()
+    namespace = None if args.all_namespaces else args.namespace
+    selector = args.selector or ""
+    return tuple(  # type: ignore[return-value]
+        kube.list(API_VERSION, kind, namespace, selector) for kind in (FinetuneJob.KIND, InferenceBench.KIND)
+    )
+
+
+try:  # the kubernetes client is a core dependency; the name is only needed by `compare`
+    from kubernetes.config import ConfigException
+except ImportError:  # pragma: no cover
+    ConfigException = RuntimeError  # type: ignore[misc,assignment]
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """Finished runs side by side: speed, MFU and $ per 1M tokens, with ratios against the best."""
     import json
 
-    from kubernetes import config
     from rich.console import Console
     from rich.table import Table
 
-    from .compare import BENCH_COLUMNS, FINETUNE_COLUMNS, as_records, compare, format_value
+    from ..views.compare import BENCH_COLUMNS, FINETUNE_COLUMNS, as_records, compare, format_value
 
     try:
         finetunes, benches = _list_resources(args)
-    except config.ConfigException as exc:
+    except ConfigException as exc:
         print(f"error: no cluster to read: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:  # the apiserver's refusal or an unreachable address: say which, briefly
@@ -314,7 +300,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_convert(args: argparse.Namespace) -> int:
     """Convert a checkpoint between Hugging Face safetensors, JAX-layout safetensors and Orbax."""
-    from .bridge.cli import run
+    from ..bridge.cli import run
 
     return run(args)
 
@@ -384,8 +370,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from .plan.types import PlanError
-    from .render.errors import RenderError
+    from ..plan.types import PlanError
+    from ..render.errors import RenderError
 
     try:
         return int(args.func(args) or 0)

@@ -2,10 +2,10 @@
 
 The question a user asks after a campaign (the same work on TPU, H100/H200 and Gaudi) is "which is
 fastest, and which is cheapest per token": one row per resource, ratios against the best row of its
-kind. Fine-tuning cost per 1M trained tokens = $/hour of the chips / (tokens/s × 3600) × 1e6, from
-the status's own price (plan chips × $/chip-hour) and measured tokens/s; serving cost per 1M output
-tokens is the status's figure at the SLO capacity. Resources without results show their phase and
-no numbers: nothing is estimated.
+kind. Fine-tuning cost per 1M trained tokens comes from accelbench.cost with the status's own price
+(plan chips × $/chip-hour) and measured tokens/s; serving cost per 1M output tokens is the
+status's figure at the SLO capacity (priced by the operator with the same module). Resources
+without results show their phase and no numbers: nothing is estimated.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from ..cost import dollars_per_hour, dollars_per_million_tokens
 
 
 @dataclass(frozen=True)
@@ -49,18 +51,19 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def dollars_per_hour(status: Mapping[str, Any]) -> float | None:
+def hourly_price(status: Mapping[str, Any]) -> float | None:
+    """$/hour of the run's chips, from the price its status holds."""
     cost = status.get("cost") or {}
     chips, rate = _number(cost.get("chips")), _number(cost.get("dollarsPerChipHour"))
-    return chips * rate if chips is not None and rate is not None else None
+    return dollars_per_hour(chips, rate) if chips is not None and rate is not None else None
 
 
 def finetune_row(obj: Mapping[str, Any]) -> Row:
     status = obj.get("status") or {}
     results = status.get("results") or {}
     tps = _number(results.get("tokensPerSecond"))
-    hourly = dollars_per_hour(status)
-    per_million = hourly / (tps * 3600) * 1e6 if hourly and tps else None
+    hourly = hourly_price(status)
+    per_million = dollars_per_million_tokens(hourly, tps) if hourly else None
     figures = {
         "tokensPerSecond": tps,
         "tokensPerSecondPerChip": _number(results.get("tokensPerSecondPerChip")),

@@ -10,8 +10,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from .api import Resource, parse_resource
-from .errors import describe_validation_error
+from ..api import Resource, parse_resource
+from ..api.errors import describe_validation_error
 
 
 class ManifestError(ValueError):

@@ -13,11 +13,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .api import GROUP, VERSION, FinetuneJob, InferenceBench
-from .api.finetune import FinetuneJobSpec
-from .api.inference import InferenceBenchSpec
-from .api.status import FinetuneJobStatus, InferenceBenchStatus
-from .catalog.types import Catalog
+from ..api import GROUP, VERSION, FinetuneJob, InferenceBench
+from ..api.finetune import FinetuneJobSpec
+from ..api.inference import InferenceBenchSpec
+from ..api.status import FinetuneJobStatus, InferenceBenchStatus
+from ..catalog.types import Catalog
 
 CATEGORY = "accelbench"
 

@@ -1,0 +1,80 @@
+"""What every handler shares: the API client, the metrics, and the catalog with the cluster's price
+and image overrides (read from a ConfigMap at most once a minute)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
+
+from ..api.contract import ENV_OPERATOR_PRICES_NAMESPACE, ENV_POD_NAMESPACE
+from ..catalog import load_catalog, parse_image_overrides, parse_price_overrides
+from ..catalog.types import Catalog
+from .kube import Kube
+from .metrics import Metrics
+
+SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+DEFAULT_OPERATOR_NAMESPACE = "accelbench-system"
+DEFAULT_PRICES_CONFIGMAP = "accelbench-prices"
+
+
+def operator_namespace() -> str:
+    """Where the price ConfigMap lives: env, else the pod's own namespace, else the default."""
+    explicit = os.environ.get(ENV_OPERATOR_PRICES_NAMESPACE) or os.environ.get(ENV_POD_NAMESPACE)
+    if explicit:
+        return explicit
+    try:
+        return SA_NAMESPACE_FILE.read_text().strip() or DEFAULT_OPERATOR_NAMESPACE
+    except OSError:
+        return DEFAULT_OPERATOR_NAMESPACE
+
+
+@dataclass
+class ControllerState:
+    """Shared by every handler through kopf's memo (each object's memo is a shallow copy of this one)."""
+
+    kube: Kube
+    metrics: Metrics
+    price_namespace: str
+    price_config_map: str
+    catalog_ttl_s: float = 60.0
+    _catalog: Catalog | None = field(default=None, repr=False)
+    _loaded_at: float = field(default=float("-inf"), repr=False)
+
+    def catalog(self) -> Catalog:
+        """The catalog with ConfigMap price overrides, re-read at most once a minute."""
+        if self._catalog is None or time.monotonic() - self._loaded_at > self.catalog_ttl_s:
+            self._catalog = self._load_catalog()
+            self._loaded_at = time.monotonic()
+        return self._catalog
+
+    def _load_catalog(self) -> Catalog:
+        log = logging.getLogger(__name__)
+        try:
+            data = self.kube.read_config_map_data(self.price_namespace, self.price_config_map)
+        except (ApiException, HTTPError, OSError) as exc:
+            # No RBAC or no apiserver for it: catalog prices are still correct, just not overridden.
+            log.warning(
+                "price ConfigMap %s/%s unreadable: %s", self.price_namespace, self.price_config_map, exc
+            )
+            data = None
+        overrides, images = None, None
+        if data:
+            try:
+                overrides = parse_price_overrides(data)
+            except ValueError as exc:
+                log.warning("ignoring the prices in ConfigMap %s: %s", self.price_config_map, exc)
+            try:
+                images = parse_image_overrides(data)
+            except ValueError as exc:
+                log.warning("ignoring the images in ConfigMap %s: %s", self.price_config_map, exc)
+        try:
+            return load_catalog(price_overrides=overrides, image_overrides=images)
+        except ValueError as exc:  # an unknown accelerator name: keep the built-in catalog
+            log.warning("ignoring ConfigMap %s: %s", self.price_config_map, exc)
+            return load_catalog()

@@ -1,0 +1,126 @@
+"""Cost, the one owner of every $ formula. Pure arithmetic, no clock, no I/O.
+
+- A run: chips x hours x $/chip-hour. Hours run from when the Job (or, for a bench, its server)
+  started to when it finished, or to `now` while it runs. The price is the plan's: catalog
+  on-demand/spot, a ConfigMap override, or custom.
+- Per token: $/hour / (tokens/s x 3600) x 1e6, for serving (output tokens at the SLO capacity or
+  at peak) and for fine-tuning (trained tokens).
+
+Workers report throughput only; the operator (status), `accelbench compare` and the HTML report
+price it here, so every $ figure a user sees comes from the same formula and the same price.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from accelbench.api.status import BenchCell, BenchResults, Cost
+
+SECONDS_PER_HOUR = 3600.0
+
+
+def parse_time(value: str | None) -> datetime | None:
+    """metav1.Time (RFC 3339, usually with a Z) as an aware datetime; None for missing or unparsable."""
+    if not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def elapsed_hours(start: str | None, end: str | None, now: datetime) -> float | None:
+    """Hours from start to end (or now); None before the start is known. Clock skew never goes negative."""
+    begin = parse_time(start)
+    if begin is None:
+        return None
+    finish = parse_time(end) or now
+    return max(0.0, (finish - begin).total_seconds()) / SECONDS_PER_HOUR
+
+
+def compute_cost(
+    *,
+    chips: int,
+    dollars_per_chip_hour: float,
+    price_source: str,
+    start: str | None,
+    end: str | None,
+    now: datetime,
+) -> Cost | None:
+    hours = elapsed_hours(start, end, now)
+    if hours is None:
+        return None
+    return Cost(
+        dollars=round(chips * hours * dollars_per_chip_hour, 4),
+        chips=chips,
+        hours=round(hours, 6),
+        dollars_per_chip_hour=dollars_per_chip_hour,
+        price_source=price_source,
+    )
+
+
+def dollars_per_hour(chips: float, dollars_per_chip_hour: float) -> float:
+    return chips * dollars_per_chip_hour
+
+
+def dollars_per_million_tokens(hourly: float, tokens_per_second: float | None) -> float | None:
+    """$/hour / tokens/hour * 1e6; None when nothing was produced (no finite price per token)."""
+    if not tokens_per_second or tokens_per_second <= 0:
+        return None
+    return hourly / (tokens_per_second * SECONDS_PER_HOUR) * 1e6
+
+
+def capacity_cells(results: BenchResults) -> list[BenchCell]:
+    if results.capacity_concurrency is None:
+        return []
+    return [c for c in results.cells if c.concurrency == results.capacity_concurrency]
+
+
+def capacity_throughput(results: BenchResults) -> float | None:
+    """Output tok/s at the SLO capacity: the slowest input length there, so the price holds for all."""
+    rates = [c.output_tokens_per_second for c in capacity_cells(results) if c.output_tokens_per_second]
+    return min(rates) if rates else None
+
+
+def peak_throughput(results: BenchResults) -> float | None:
+    if results.peak_output_tokens_per_second:
+        return results.peak_output_tokens_per_second
+    rates = [c.output_tokens_per_second for c in results.cells if c.output_tokens_per_second]
+    return max(rates) if rates else None
+
+
+def with_serving_cost(results: BenchResults, hourly: float) -> BenchResults:
+    """The bench's results priced: $/1M output tokens at the SLO capacity and at peak.
+
+    Always computed here, from the operator's price and the measured throughput: a figure a worker
+    put in its report (older clients did) is replaced, so every status prices the same way.
+    """
+    at_capacity = dollars_per_million_tokens(hourly, capacity_throughput(results))
+    at_peak = dollars_per_million_tokens(hourly, peak_throughput(results))
+    return results.model_copy(
+        update={
+            "dollars_per_million_tokens_at_capacity": None if at_capacity is None else round(at_capacity, 6),
+            "dollars_per_million_tokens_at_peak": None if at_peak is None else round(at_peak, 6),
+        }
+    )
+
+
+def cost_by_input_length(
+    cells: Sequence[Mapping[str, Any]], capacity: Mapping[str, Mapping[str, Any]], dollars_hour: float
+) -> dict[str, dict[str, float | None]]:
+    """$ per 1M output tokens per input length, at that length's SLO capacity and at its peak,
+    from the full results' cells and capacity (as the bench client writes them)."""
+    out: dict[str, dict[str, float | None]] = {}
+    for length in sorted({int(c["inputLength"]) for c in cells}):
+        rates = [c.get("outputTokensPerSecond") for c in cells if int(c["inputLength"]) == length]
+        peak = max((r for r in rates if r), default=None)
+        at_capacity = (capacity.get(str(length)) or {}).get("outputTokensPerSecondAtCapacity")
+        out[str(length)] = {
+            "dollarsPerMillionOutputTokensAtCapacity": dollars_per_million_tokens(dollars_hour, at_capacity),
+            "dollarsPerMillionOutputTokensAtPeak": dollars_per_million_tokens(dollars_hour, peak),
+            "peakOutputTokensPerSecond": peak,
+        }
+    return out
