@@ -55,6 +55,20 @@ DEFAULT_NODE_POOLS = Path(__file__).resolve().parent / "nodepools.yaml"
 PID_FILE = "pids.json"
 STATE_FILE = "cluster.json"
 KUBECONFIG_NAME = "kubeconfig"
+AUDIT_LOG_NAME = "audit.log"
+AUDIT_POLICY_NAME = "audit-policy.yaml"
+# Metadata (who, verb, resource, response code) of every request made with a ServiceAccount token,
+# except kube-system's (the controllers'): the operator's and the pods' API use, for RBAC checks.
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [
+        {"level": "None", "userGroups": ["system:serviceaccounts:kube-system"]},
+        {"level": "Metadata", "userGroups": ["system:serviceaccounts"]},
+        {"level": "None"},
+    ],
+}
 
 KWOK_NODE_KEY = "kwok.x-k8s.io/node"
 KWOK_NODE_VALUE = "fake"
@@ -389,6 +403,12 @@ class Cluster:
     pids: dict[str, int]
     _procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
 
+    @property
+    def audit_log(self) -> Path:
+        """The API server's audit log: one JSON event per request a ServiceAccount made outside
+        kube-system (AUDIT_POLICY), so what the operator and the pods did can be read back."""
+        return self.workdir / AUDIT_LOG_NAME
+
     def api_client(self) -> Any:
         """A kubernetes.client.ApiClient authenticated as the cluster admin."""
         from kubernetes import config as kube_config
@@ -465,6 +485,9 @@ def _component_args(
             f"--service-account-signing-key-file={pki / 'sa.key'}",
             f"--cert-dir={workdir / 'certs' / 'kube-apiserver'}",
             "--profiling=false",
+            f"--audit-policy-file={workdir / AUDIT_POLICY_NAME}",
+            f"--audit-log-path={workdir / AUDIT_LOG_NAME}",
+            "--audit-log-format=json",
         ],
         "kube-controller-manager": [
             str(bins / "kube-controller-manager"),
@@ -558,6 +581,7 @@ def start_cluster(
     for user in ("admin", "kube-controller-manager", "kube-scheduler", "kwok"):
         write_kubeconfig(workdir / "kubeconfigs" / user, server, pki, user)
     kubeconfig = workdir / KUBECONFIG_NAME
+    (workdir / AUDIT_POLICY_NAME).write_text(json.dumps(AUDIT_POLICY))
     write_kubeconfig(kubeconfig, server, pki, "admin")
 
     cluster = Cluster(workdir=workdir, kubeconfig=kubeconfig, server=server, ports=ports, pids={})

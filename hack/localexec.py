@@ -14,7 +14,9 @@ What differs from a kubelet, on purpose:
   would fight over one), written to ENV_METRICS_PORT and to the pod's ANNOTATION_PORT
   annotation, where the operator looks when it scrapes progress (a port mapping, as a runtime's);
 - the termination-message path maps to a file in the work directory;
-- pods reach the API server with the executor's kubeconfig (KUBECONFIG), not a service account.
+- a pod reaches the API server as its own ServiceAccount, like a kubelet-mounted token: the
+  executor requests a token bound to the pod (TokenRequest) and hands the pod a kubeconfig with it
+  (KUBECONFIG); a pod with automountServiceAccountToken: false gets no credentials at all.
 
 Usage: `python hack/localexec.py --kubeconfig .cluster/kubeconfig [--node local-exec-0]`.
 """
@@ -37,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
@@ -89,7 +92,10 @@ def localize(value: str) -> str:
 def container_env(
     pod: dict[str, Any], container: dict[str, Any], termination_file: Path, kubeconfig: str | None = None
 ) -> dict[str, str]:
-    env = dict(os.environ)
+    """The pod's environment; `kubeconfig` holds its own ServiceAccount token (None: no API access).
+
+    The executor's own credentials never leak in: its KUBECONFIG is dropped from the inherited env."""
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
     if kubeconfig:
         env["KUBECONFIG"] = kubeconfig
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
@@ -229,6 +235,46 @@ class Executor:
         if phase == "Pending" and not known:
             self.start(pod)
 
+    def pod_kubeconfig(self, pod: dict[str, Any], podir: Path) -> str | None:
+        """A kubeconfig for the pod's own ServiceAccount (a token bound to the pod, as the kubelet
+        projects one), or None when the pod opts out of a token."""
+        spec = pod["spec"]
+        if spec.get("automountServiceAccountToken") is False or self.kubeconfig is None:
+            return None
+        meta = pod["metadata"]
+        account = spec.get("serviceAccountName") or "default"
+        request = {
+            "spec": {
+                "expirationSeconds": 3600,
+                "boundObjectRef": {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                },
+            }
+        }
+        token = self.core.create_namespaced_service_account_token(account, meta["namespace"], request)
+        admin = yaml.safe_load(Path(self.kubeconfig).read_text())
+        cluster = dict(admin["clusters"][0]["cluster"])
+        if "certificate-authority" in cluster:  # make the CA path absolute: the pod runs in another cwd
+            cluster["certificate-authority"] = str(
+                (Path(self.kubeconfig).parent / cluster["certificate-authority"]).resolve()
+            )
+        name = f"{meta['namespace']}-{account}"
+        config_doc = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "local", "cluster": cluster}],
+            "users": [{"name": name, "user": {"token": token.status.token}}],
+            "contexts": [{"name": name, "context": {"cluster": "local", "user": name}}],
+            "current-context": name,
+        }
+        path = podir / "kubeconfig"
+        path.write_text(yaml.safe_dump(config_doc))
+        path.chmod(0o600)
+        return str(path)
+
     def start(self, pod: dict[str, Any]) -> None:
         key = name_of(pod)
         container = pod["spec"]["containers"][0]
@@ -241,7 +287,7 @@ class Executor:
         termination_file = podir / "termination-log"
         termination_file.write_text("")
         log_file = podir / "container.log"
-        env = container_env(pod, container, termination_file, self.kubeconfig)
+        env = container_env(pod, container, termination_file, self.pod_kubeconfig(pod, podir))
         if any(p.get("name") == METRICS_PORT_NAME for p in container.get("ports") or []):
             port = free_port()
             env[ENV_METRICS_PORT] = str(port)

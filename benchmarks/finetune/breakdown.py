@@ -9,7 +9,7 @@ jax_worker.step): the whole train step (as the worker compiles it), forward only
 without the optimizer, the decoder blocks alone (forward+backward of the final-norm output), the LM
 head + cross-entropy alone (on fixed hidden states), and the AdamW update alone. Variants: the
 attention with block-diagonal masks instead of kernel flags, and the einsum attention. XLA's own
-FLOP count of the compiled step is printed next to the DESIGN.md formula.
+FLOP count of the compiled step is printed next to the docs/design.md formula.
 """
 
 from __future__ import annotations

@@ -250,7 +250,7 @@ def build_dataset(spec: dict[str, Any]) -> dict[str, Any]:
 
     long: each row joins enough generated samples into one user and one assistant message to hold
           more than seq_length words (every word is at least one token), so after truncation every
-          packed row is a single sequence: plain causal attention, like ANCHORS.md's measurement.
+          packed row is a single sequence: plain causal attention, like docs/anchors.md's measurement.
     short: the generator's own short rows; packing puts many in a row (block-diagonal masks)."""
     from accelbench.workers.testing import make_chat_dataset
 

@@ -3,7 +3,7 @@
 Every case is a FinetuneJob run by the same entry the container uses (workers.finetune.run_job), in
 its own process (GPU memory released between cases; JAX and PyTorch never share a process), on
 random-weight Gemma-3-shaped model dirs in Hugging Face format written by the tests' generator
-(workers.testing) and a chat JSONL dataset, with lossOn full so every token counts, as in ANCHORS.md.
+(workers.testing) and a chat JSONL dataset, with lossOn full so every token counts, as in docs/anchors.md.
 
     python benchmarks/finetune/run.py                      # every case, results in $OUT or ./results
     python benchmarks/finetune/run.py --only '1b-full-*' --steps 8 --budget-s 500
@@ -150,7 +150,7 @@ CASES: list[Case] = [
     ),
 ]
 
-# ANCHORS.md (one H200, transformers 5.17 + PEFT, SDPA, fused AdamW; 27B at full depth):
+# docs/anchors.md (one H200, transformers 5.17 + PEFT, SDPA, fused AdamW; 27B at full depth):
 # (model, method, seq, batch, compile) -> (tokens/s, MFU, peak GB)
 ANCHORS: dict[tuple[str, str, int, int, bool], tuple[float, float, float]] = {
     ("1b", "full", 2048, 8, False): (37_686, 0.241, 115.7),
@@ -543,7 +543,7 @@ def markdown(results: dict[str, Any]) -> str:
         "- compile s: PyTorch = first step (torch.compile or allocator warm-up); JAX = the explicit "
         "ahead-of-time compile of the train step. setup s: model load, LoRA, optimizer.",
         "- peak GB: torch.cuda.max_memory_allocated / JAX peak_bytes_in_use, 10⁹ bytes.",
-        "- ANCHORS: plain transformers + PEFT loop, random token ids (ANCHORS.md); 27B at full depth. "
+        "- ANCHORS: plain transformers + PEFT loop, random token ids (docs/anchors.md); 27B at full depth. "
         "Its LoRA MFU leaves out the adapters' 6·N_lora (4N + attention only), which workers.flops "
         "counts: at equal tokens/s our LoRA MFU reads higher (1B: 4.64 vs 4.33 GFLOP/token), so "
         "compare LoRA cases by tokens/s.",

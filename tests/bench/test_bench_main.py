@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import serve
+from bench_helpers import serve
 
 from accelbench.api.contract import ExitCode
 from accelbench.api.report import parse_termination_message

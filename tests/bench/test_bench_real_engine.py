@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import free_port
+from bench_helpers import free_port
 
 from accelbench.workers.bench.main import main
 

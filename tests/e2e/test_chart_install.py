@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 import yaml
-from conftest import ROOT, Env, localcluster, wait_for
+from e2e_env import ROOT, Env, localcluster, wait_for
 
 RELEASE, NAMESPACE = "accelbench", "accelbench-system"
 

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import Env, wait_for
+from e2e_env import Env, wait_for
+from kubernetes import client
 
 from accelbench.workers.testing import make_chat_dataset, make_tiny_model
 
@@ -387,12 +388,40 @@ def test_quickstart_inference_bench_serves_measures_and_stops_the_server(
     results = obj["status"]["results"]
     assert results["cells"] and all(c["ttftP50Ms"] > 0 for c in results["cells"])
     assert results["peakOutputTokensPerSecond"] > 0
-    # Scraped from the client while it ran (it serves its gauges from the start, server loading
-    # included, so at least "0 of N cells" is seen); the last reading may trail the end.
+    # A finished bench's progress is its results': every cell measured (the 2 swept concurrency
+    # levels, plus what the SLO capacity search added).
     progress = obj["status"]["progress"]
-    assert progress["totalSteps"] >= 2 and 0 <= progress["step"] <= progress["totalSteps"]
+    assert progress["step"] == progress["totalSteps"] == len(results["cells"]) >= 2, progress
     data = env.core.read_namespaced_config_map("quick-bench-results", "default").data or {}
     assert "results.json" in data  # the full per-cell JSON, written by the client
+    # ... as its own ServiceAccount (the local executor gives each pod a token of its own, as a
+    # kubelet does), which may write that ConfigMap and no other.
+    (pod_kubeconfig,) = (env.workdir / "localexec" / "default").glob("quick-bench-client-*/kubeconfig")
+    token = yaml.safe_load(pod_kubeconfig.read_text())["users"][0]["user"]["token"]
+    review = client.AuthenticationV1Api(env.api).create_token_review({"spec": {"token": token}})
+    user = review.status.user.username
+    assert user == "system:serviceaccount:default:quick-bench-client", review.status
+    for configmap, allowed in (("quick-bench-results", True), ("accelbench-prices", False)):
+        access = client.AuthorizationV1Api(env.api).create_subject_access_review(
+            {
+                "spec": {
+                    "user": user,
+                    "groups": review.status.user.groups,
+                    "resourceAttributes": {
+                        "namespace": "default",
+                        "verb": "patch",
+                        "resource": "configmaps",
+                        "name": configmap,
+                    },
+                }
+            }
+        )
+        assert access.status.allowed is allowed, (configmap, access.status)
+    server_pods = [
+        p for p in pods_of(env, "quick-bench") if p.metadata.labels.get("accelbench.io/role") == "server"
+    ]
+    for pod in server_pods:  # no API token at all for the engine
+        assert not (env.workdir / "localexec" / "default" / pod.metadata.name / "kubeconfig").exists()
     wait_for(
         lambda: (
             not [

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+# Plain imports: a broken JAX or torch install must fail these tests, not skip them (`make test`
+# installs both through the `all` extra).
+import flax  # noqa: F401
 import pytest
+import torch
+from jax_helpers import FAMILIES
 
-pytest.importorskip("jax")
-pytest.importorskip("flax")
-torch = pytest.importorskip("torch")
-
-from jax_helpers import FAMILIES  # noqa: E402
-
-from accelbench.workers.testing import make_tiny_model  # noqa: E402
+import jax  # noqa: F401
+from accelbench.workers.testing import make_tiny_model
 
 
 @pytest.fixture(scope="session")

@@ -37,14 +37,14 @@ pytestmark = pytest.mark.skipif(
 VALUE_SETS: dict[str, list[str]] = {
     "defaults": [],
     "namespaces": ["--set", "scope=namespaces", "--set", "namespaces={team-a,team-b}"],
-    "peering": ["--set", "replicas=2"],
+    "peering": ["--set", "peering.enabled=true"],
     "namespaces-peering": [
         "--set",
         "scope=namespaces",
         "--set",
         "namespaces={team-a,accelbench-system}",
         "--set",
-        "replicas=3",
+        "peering.enabled=true",
     ],
     "dashboard-prices": [
         "--set",
@@ -339,7 +339,7 @@ def test_kubernetes_schemas_are_strict(schema_locations: list[str]) -> None:
         (["--set", "prices.h100.onDemand=-1"], "minimum"),
         (["--set", "scope=namespaces"], 'scope is "namespaces" but namespaces is empty'),
         (["--set", "namespaces={a}"], 'namespaces is set but scope is "cluster"'),
-        (["--set", "replicas=2", "--set", "peering.enabled=false"], "replicas > 1 needs peering.enabled"),
+        (["--set", "replicas=2"], "maximum"),  # no active/standby until failover is proven
         (["--set", "workerImages.h100.pytorchh=x"], "additional properties 'pytorchh' not allowed"),
     ],
     ids=lambda v: v if isinstance(v, str) else None,
@@ -427,7 +427,7 @@ def test_deployment_args_follow_scope_and_peering() -> None:
 
     docs = documents(template(*VALUE_SETS["namespaces-peering"]))
     (deployment,) = by_kind(docs, "Deployment")
-    assert deployment["spec"]["replicas"] == 3
+    assert deployment["spec"]["replicas"] == 1
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     args = parse_args(container["args"])  # the operator's own parser accepts them
     assert args.namespace == ["team-a", "accelbench-system"]

@@ -117,7 +117,7 @@ def test_count_too_small_says_what_would_fit() -> None:
 
 
 def test_calibration_against_measured_gemma3_27b_lora() -> None:
-    # ANCHORS.md, one H200: Gemma-3-27B text shape (27.0B), LoRA r64 all projections, grad. ckpt.,
+    # docs/anchors.md, one H200: Gemma-3-27B text shape (27.0B), LoRA r64 all projections, grad. ckpt.,
     # seq 3072: 73.1 GB peak at batch 1, 113.2 GB at batch 4 (torch peak, without the CUDA context).
     shape = model_shape("gemma3", "27b").model_copy(update={"parameters": 27_007_991_808})
     targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]

@@ -7,7 +7,9 @@ and review the diff like code.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -224,11 +226,25 @@ def test_gaudi_privileges_and_hugepages() -> None:
     container = pod["containers"][0]
     assert container["securityContext"]["capabilities"]["add"] == ["SYS_NICE"]
     assert "runAsNonRoot" not in pod["securityContext"]
+    assert pod["securityContext"]["runAsUser"] == 0  # explicit: the image ends as uid 1000
     for part in ("requests", "limits"):
         assert container["resources"][part]["habana.ai/gaudi"] == "8"
         assert container["resources"][part]["hugepages-2Mi"] == "95008Mi"
         # Kubernetes refuses huge pages without a memory (or cpu) request
         assert "memory" in container["resources"][part]
+
+
+def test_gaudi_figures_in_the_install_guide_are_the_renderer_s() -> None:
+    from accelbench.render.accelerator import GAUDI_HUGEPAGES_MI_PER_CARD
+
+    guide = (Path(__file__).parents[2] / "docs" / "install-gaudi.md").read_text()
+    per_host = 8 * GAUDI_HUGEPAGES_MI_PER_CARD
+    assert f"{GAUDI_HUGEPAGES_MI_PER_CARD}Mi per card" in guide and f"{per_host}Mi for" in guide
+    pages = per_host // 2
+    assert f"hugepages={pages}" in guide and f"vm.nr_hugepages = {pages}" in guide
+    assert f"{pages} pages" in guide
+    # No other amount of Mi anywhere in the guide (an old figure left behind).
+    assert set(re.findall(r"\b(\d{3,})Mi\b", guide)) == {str(GAUDI_HUGEPAGES_MI_PER_CARD), str(per_host)}
 
 
 def test_non_gaudi_workers_run_as_non_root_with_no_capabilities() -> None:
@@ -378,9 +394,36 @@ def test_unsaved_resource_renders_without_owner_and_in_default_namespace() -> No
     kubernetes_validate.validate(train, KUBERNETES_VERSION, strict=True)
 
 
-@pytest.mark.parametrize("case", sorted(fx.GOLDEN_CASES))
-def test_rendering_is_deterministic(case: str) -> None:
-    assert _render(case) == _render(case)
+RENDER_ALL = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import render_fixtures as fx
+from accelbench.render import render
+out = {}
+for case, make in sorted(fx.GOLDEN_CASES.items()):
+    resource, plan = make()
+    out[case] = render(resource, plan, fx.CATALOG).objects
+print(json.dumps(out, sort_keys=False))
+"""
+
+
+def test_rendering_is_deterministic_across_processes() -> None:
+    """Byte-identical output in fresh interpreters with different hash seeds: no set or dict order,
+    clock or randomness leaks into a child (server-side apply would see a change on every pass)."""
+    import subprocess
+    import sys
+
+    def rendered(seed: str) -> str:
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        here = str(Path(__file__).parent)
+        done = subprocess.run(
+            [sys.executable, "-c", RENDER_ALL, here], env=env, capture_output=True, text=True, check=True
+        )
+        return done.stdout
+
+    first, second = rendered("1"), rendered("2")
+    assert first == second
+    assert json.loads(first) == {case: _render(case) for case in sorted(fx.GOLDEN_CASES)}
 
 
 def test_child_names() -> None:

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import copy
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from accelbench.api.contract import COMPLETION_INDEX_KEY
 from accelbench.api.status import Children
 from accelbench.controller.children import select_pods
 from accelbench.controller.observe import Observation, observe, rank0_pod, termination_message
@@ -32,6 +33,16 @@ def recorded(name: str) -> dict[str, Any]:
     return json.loads((RECORDED / f"{name}.json").read_text())
 
 
+def job_time(case: dict[str, Any], field: str, seconds: float = 0.0) -> datetime:
+    """A time the Job controller wrote on the recorded Job (startTime, completionTime), plus `seconds`."""
+    stamp = datetime.fromisoformat(case["job"]["status"][field].replace("Z", "+00:00"))
+    return stamp + timedelta(seconds=seconds)
+
+
+def job_condition_time(case: dict[str, Any], type_: str) -> str:
+    return next(c for c in case["job"]["status"]["conditions"] if c["type"] == type_)["lastTransitionTime"]
+
+
 def observed(name: str) -> Observation:
     case = recorded(name)
     return observe(case["job"], case["pods"])
@@ -47,9 +58,10 @@ def test_no_job_is_pending() -> None:
 
 
 def test_running() -> None:
-    obs = observed("finetune_running")
+    case = recorded("finetune_running")
+    obs = observe(case["job"], case["pods"])
     assert (obs.phase, obs.reason) == ("Running", "Running")
-    assert obs.start_time == "2026-05-04T10:00:00Z"
+    assert obs.start_time == case["job"]["status"]["startTime"]
     assert {c.type: c.status for c in obs.conditions} == {"Scheduled": "True", "Running": "True"}
 
 
@@ -62,7 +74,7 @@ def test_unschedulable_carries_the_scheduler_message() -> None:
 
 
 def test_image_pull_back_off() -> None:
-    obs = observed("finetune_image_pull")
+    obs = observed("synthetic_finetune_image_pull")
     assert (obs.phase, obs.reason) == ("Scheduling", "ImagePullBackOff")
     assert "worker-jax:0.1.0-typo" in obs.message
     scheduled = next(c for c in obs.conditions if c.type == "Scheduled")
@@ -70,7 +82,7 @@ def test_image_pull_back_off() -> None:
 
 
 def test_err_image_pull_maps_to_image_pull_back_off() -> None:
-    case = recorded("finetune_image_pull")
+    case = recorded("synthetic_finetune_image_pull")
     pods = [p for p in case["pods"] if p["metadata"]["name"].endswith("m4q9d")]
     obs = observe(case["job"], pods)
     assert obs.reason == "ImagePullBackOff"
@@ -78,7 +90,7 @@ def test_err_image_pull_maps_to_image_pull_back_off() -> None:
 
 
 def test_oom_killed_beats_the_generic_backoff_reason() -> None:
-    obs = observed("finetune_oom")
+    obs = observed("synthetic_finetune_oom")
     assert (obs.phase, obs.reason) == ("Failed", "OOMKilled")
     assert obs.exit_code == 137
     assert "backoff limit" in obs.message
@@ -100,26 +112,28 @@ def test_backoff_limit_exceeded_without_pods_left() -> None:
 
 
 def test_deadline_exceeded() -> None:
-    obs = observed("finetune_deadline")
+    case = recorded("finetune_deadline")
+    obs = observe(case["job"], case["pods"])
     assert (obs.phase, obs.reason) == ("Failed", "DeadlineExceeded")
-    assert obs.completion_time == "2026-05-04T11:00:31Z"
+    # A failed Job has no completionTime: the Failed condition says when it ended.
+    assert obs.completion_time == job_condition_time(case, "Failed")
 
 
 def test_preempted_while_the_replacement_waits_for_a_node() -> None:
-    obs = observed("finetune_preempted")
+    obs = observed("synthetic_finetune_preempted")
     # The replacement pod is unschedulable right now: that is what blocks; the preemption is noted.
     assert (obs.phase, obs.reason) == ("Scheduling", "Unschedulable")
     assert any("PreemptionByScheduler" in note for note in obs.notes)
 
 
 def test_preempted_by_node_shutdown_before_a_replacement_exists() -> None:
-    obs = observed("finetune_node_shutdown")
+    obs = observed("synthetic_finetune_node_shutdown")
     assert (obs.phase, obs.reason) == ("Scheduling", "Preempted")
     assert "node shutdown" in obs.message
 
 
 def test_preempted_when_the_job_gave_up() -> None:
-    case = recorded("finetune_node_shutdown")
+    case = recorded("synthetic_finetune_node_shutdown")
     job = copy.deepcopy(recorded("finetune_exit1")["job"])
     obs = observe(job, case["pods"])
     assert (obs.phase, obs.reason) == ("Failed", "Preempted")
@@ -137,34 +151,36 @@ def test_suspended() -> None:
 
 
 def test_succeeded_with_rank0_termination_message() -> None:
-    obs = observed("finetune_complete")
+    case = recorded("finetune_complete")
+    obs = observe(case["job"], case["pods"])
     assert (obs.phase, obs.reason) == ("Succeeded", "Completed")
-    assert obs.completion_time == "2026-05-04T11:30:01Z"
+    assert obs.completion_time == case["job"]["status"]["completionTime"]
     assert obs.termination_message is not None
     assert json.loads(obs.termination_message)["kind"] == "finetune"
 
 
 def test_rank0_is_index_zero_not_the_first_pod() -> None:
     case = recorded("finetune_complete")
-    pod = rank0_pod(case["pods"], "gemma-lora-train")
-    assert pod is not None and pod["metadata"]["name"].endswith("-0-x7k2p")
-    assert termination_message(case["pods"][0]) is None  # index 1 wrote nothing
+    index = {p["metadata"]["annotations"][COMPLETION_INDEX_KEY]: p for p in case["pods"]}
+    assert rank0_pod(list(reversed(case["pods"])), "gemma-lora-train") is index["0"]
+    assert rank0_pod(case["pods"], "gemma-lora-train") is index["0"]
+    assert termination_message(index["1"]) is None  # index 1 wrote nothing
 
 
 def test_success_criteria_met_is_not_terminal_yet() -> None:
-    obs = observed("finetune_finishing")
+    obs = observed("synthetic_finetune_finishing")
     assert obs.phase == "Running"
     assert "finishing" in obs.message
 
 
 def test_bench_server_crash_loop_is_visible_while_the_client_runs() -> None:
-    obs = observed("bench_server_crashloop")
+    obs = observed("synthetic_bench_server_crashloop")
     assert (obs.phase, obs.reason) == ("Running", "OOMKilled")
     assert "vllm" in obs.message
 
 
 def test_bench_cost_starts_with_the_server() -> None:
-    obs = observed("bench_complete")
+    obs = observed("synthetic_bench_complete")
     assert obs.phase == "Succeeded"
     assert obs.start_time == "2026-05-04T10:00:02Z"  # the server pod, before the client Job
     assert obs.termination_message is not None and '"kind":"bench"' in obs.termination_message
@@ -182,7 +198,7 @@ OWNER: dict[str, Any] = {
 
 def test_pods_of_the_reporting_job_and_of_the_server() -> None:
     children = Children(job="serve-client", client="serve-client", server="serve-server")
-    pods = recorded("bench_complete")["pods"]
+    pods = recorded("synthetic_bench_complete")["pods"]
     assert len(select_pods(pods, children)) == 2
     assert len(select_pods(pods, children.model_copy(update={"server": None}))) == 1
     stranger = {"metadata": {"name": "serve-server-x", "labels": {"job-name": "other"}}}
@@ -220,11 +236,15 @@ def body_with(status: dict[str, Any], kind: str = "FinetuneJob", name: str = "ge
 
 
 def test_running_status_costs_to_the_minute() -> None:
-    obs = observed("finetune_running")
-    status = derive_status(PRICED, obs, generation=1, now=datetime(2026, 5, 4, 11, 0, 42, tzinfo=UTC))
+    case = recorded("finetune_running")
+    obs = observe(case["job"], case["pods"])
+    now = job_time(case, "startTime", 3600 + 42)
+    status = derive_status(PRICED, obs, generation=1, now=now)
     assert status["phase"] == "Running"
-    # 10:00:00 -> 11:00 (seconds dropped while running): 1 h x 8 chips x $4.20
-    assert status["cost"]["dollars"] == pytest.approx(33.6)
+    # start -> now with now's seconds dropped while running, x 8 chips x $4.20
+    billed = (now.replace(second=0, microsecond=0) - job_time(case, "startTime")).total_seconds() / 3600
+    assert status["cost"]["dollars"] == pytest.approx(8 * 4.20 * billed, abs=1e-4)
+    assert 3600 + 42 - 60 < billed * 3600 <= 3600 + 42  # dropped: under a minute
     types = [c["type"] for c in status["conditions"]]
     assert types == ["Ready", "Scheduled", "Running"]
     assert status["conditions"][0]["lastTransitionTime"] == "2026-05-04T09:59:59Z"
@@ -240,20 +260,22 @@ def test_unchanged_world_gives_an_empty_patch() -> None:
 
 def test_observer_pass_ingests_once_and_fills_results() -> None:
     case = recorded("finetune_complete")
-    update = observe_resource(body_with(dict(PRICED)), [case["job"]], case["pods"], NOW)
+    now = job_time(case, "completionTime", 60)
+    update = observe_resource(body_with(dict(PRICED)), [case["job"]], case["pods"], now)
     assert update is not None
     patch = update.patch
     assert patch["phase"] == "Succeeded"
     assert patch["results"]["tokensPerSecond"] == 5120.0  # 4 significant digits in status
-    assert patch["completionTime"] == "2026-05-04T11:30:01Z"
-    # 10:00:00 -> 11:30:01 is 5401 s = 1.500278 h; x 8 chips x $4.20 = $50.4093
-    assert patch["cost"]["dollars"] == pytest.approx(50.4093, abs=1e-4)
+    assert patch["completionTime"] == case["job"]["status"]["completionTime"]
+    # startTime -> completionTime, x 8 chips x $4.20 (the clock stops at completion)
+    ran = (job_time(case, "completionTime") - job_time(case, "startTime")).total_seconds() / 3600
+    assert patch["cost"]["dollars"] == pytest.approx(round(8 * 4.20 * ran, 4), abs=1e-4)
     result_valid = next(c for c in patch["conditions"] if c["type"] == "ResultValid")
     assert result_valid["status"] == "True"
     assert [e[1] for e in update.events] == ["Completed"]
 
     after = body_with({**PRICED, **patch})
-    again = observe_resource(after, [case["job"]], case["pods"], NOW)
+    again = observe_resource(after, [case["job"]], case["pods"], now + timedelta(minutes=5))
     assert again is not None and again.patch == {} and again.events == []
 
 
@@ -306,17 +328,18 @@ def test_missing_report_waits_for_the_grace_period_then_is_missing() -> None:
     for pod in case["pods"]:
         for cs in pod["status"]["containerStatuses"]:
             cs["state"]["terminated"].pop("message", None)
-    soon = datetime(2026, 5, 4, 11, 30, 10, tzinfo=UTC)
+    soon = job_time(case, "completionTime", 10)  # inside the 20 s grace for a late termination message
     early = observe_resource(body_with(dict(PRICED)), [case["job"]], case["pods"], soon)
     assert early is not None and not any(c["type"] == "ResultValid" for c in early.patch["conditions"])
-    late = observe_resource(body_with(dict(PRICED)), [case["job"]], case["pods"], NOW)
+    late = job_time(case, "completionTime", 60)
+    late = observe_resource(body_with(dict(PRICED)), [case["job"]], case["pods"], late)
     assert late is not None
     result_valid = next(c for c in late.patch["conditions"] if c["type"] == "ResultValid")
     assert result_valid["reason"] == "ResultMissing"
 
 
 def test_bench_results_get_serving_cost() -> None:
-    case = recorded("bench_complete")
+    case = recorded("synthetic_bench_complete")
     status = {
         **PRICED,
         "children": {"job": "serve-client", "client": "serve-client", "server": "serve-server"},

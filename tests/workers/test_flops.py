@@ -1,4 +1,4 @@
-"""FLOPs per token and MFU, hand-checked, and the ANCHORS.md figures reproduced."""
+"""FLOPs per token and MFU, hand-checked, and the docs/anchors.md figures reproduced."""
 
 from __future__ import annotations
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -168,15 +167,24 @@ def test_missing_binary_is_an_error_result_not_an_exception() -> None:
     )
 
 
-def test_checkers_run_in_parallel_and_keep_order() -> None:
+def test_checkers_run_in_parallel_and_keep_order(tmp_path: Path) -> None:
+    """Each checker stamps when it ran; parallel means their runs overlap (no wall-clock bound, so
+    a slow interpreter start on a loaded machine cannot fail it, and serial runs always would)."""
+    stamps = tmp_path / "stamps"
+    stamps.mkdir()
     code = (
-        "import os, sys, time; time.sleep(0.3); sys.exit(int(open(os.environ['ACCELBENCH_SAMPLE']).read()))"
+        "import os, sys, time, uuid\n"
+        "start = time.time(); time.sleep(1.0)\n"
+        f"open(os.path.join({str(stamps)!r}, uuid.uuid4().hex), 'w').write(f'{{start}} {{time.time()}}')\n"
+        "sys.exit(int(open(os.environ['ACCELBENCH_SAMPLE']).read()))"
     )
     items = [(str(i % 2), ROW) for i in range(8)]
-    started = time.perf_counter()
     results = run_checkers(_checker(code), items, workers=8)
     assert [r.status for r in results] == [PASS, FAIL] * 4
-    assert time.perf_counter() - started < 8 * 0.3  # not one after the other
+    runs = [tuple(map(float, f.read_text().split())) for f in stamps.iterdir()]
+    assert len(runs) == 8
+    most_at_once = max(sum(start <= t < end for start, end in runs) for t, _ in runs)
+    assert most_at_once >= 2, runs  # serial runs never overlap
 
 
 # --------------------------------------------------------------------------------------------------
@@ -392,7 +400,19 @@ endmodule
 """
 
 
-@pytest.mark.skipif(shutil.which("iverilog") is None, reason="needs Icarus Verilog (apt package iverilog)")
+def _example_pass_at_k() -> dict:
+    example = ROOT / "examples" / "finetune" / "gemma4-31b-lora-verilog-passk-h100x2.yaml"
+    return yaml.safe_load(example.read_text())["spec"]["passAtK"]
+
+
+def _documented_pass_at_k() -> dict:
+    """The first YAML block of docs/finetune-eval.md, as a user would copy it."""
+    text = (ROOT / "docs" / "finetune-eval.md").read_text()
+    block = text.split("```yaml\n", 1)[1].split("```", 1)[0]
+    return yaml.safe_load(block)["spec"]["passAtK"]
+
+
+@pytest.mark.parametrize("source", [_example_pass_at_k, _documented_pass_at_k], ids=["example", "docs"])
 @pytest.mark.parametrize(
     ("body", "status"),
     [
@@ -401,9 +421,9 @@ endmodule
         ("assign y = a &;", FAIL),  # does not compile
     ],
 )
-def test_the_example_verilog_checker(body: str, status: str) -> None:
-    example = ROOT / "examples" / "finetune" / "gemma4-31b-lora-verilog-passk-h100x2.yaml"
-    checker = PassAtK.model_validate(yaml.safe_load(example.read_text())["spec"]["passAtK"]).checker
+def test_the_published_verilog_checkers(source, body: str, status: str) -> None:
+    """Needs Icarus Verilog, as the worker images have it (`make test` installs it)."""
+    checker = PassAtK.model_validate(source()).checker
     completion = (
         f"Sure:\n```verilog\nmodule top_module(input a, input b, output y);\n  {body}\nendmodule\n```\n"
     )

@@ -355,7 +355,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     comp.add_argument("-n", "--namespace", default="default")
     comp.add_argument("-A", "--all-namespaces", action="store_true")
-    comp.add_argument("-l", "--selector", default=None, help="label selector, e.g. campaign=gemma4-31b")
+    comp.add_argument(
+        "-l", "--selector", default=None, help="label selector, e.g. accelbench.io/study=gemma4-31b-lora"
+    )
     comp.add_argument("-o", "--output", choices=("table", "json"), default="table")
     comp.add_argument("--kubeconfig", default=None, help="default: $KUBECONFIG or ~/.kube/config")
     comp.add_argument("--context", default=None)

@@ -20,7 +20,7 @@ PRECISION_BYTES = {"bf16": BF16, "fp32": FP32}
 # Bytes per logit element in the loss: the bf16 logits, their fp32 upcast, fp32 log-softmax and
 # the gradient of the logits. Eager Hugging Face training holds roughly all of these at once; it
 # is what makes the logits of a 262k vocabulary the largest activation of a Gemma model. Checked
-# against ANCHORS.md: Gemma-3-27B LoRA r64, grad. ckpt., seq 3072 measured 73.1 GB (batch 1) and
+# against docs/anchors.md: Gemma-3-27B LoRA r64, grad. ckpt., seq 3072 measured 73.1 GB (batch 1) and
 # 113.2 GB (batch 4) on one H200; this model gives 73.8 and 111.5.
 LOGIT_BYTES = 12
 

@@ -1,6 +1,6 @@
 """Pod-spec facts per accelerator: node selection, tolerations, device requests, privileges.
 
-See DESIGN.md "Accelerators (pod-spec facts)". Everything here reads the catalog entry and the
+See docs/design.md "Accelerators (pod-spec facts)". Everything here reads the catalog entry and the
 plan; nothing is looked up in a cluster.
 """
 
@@ -114,12 +114,16 @@ def non_root_pod_security() -> dict[str, Any]:
 
 
 def build_pod_security(accel: AcceleratorSpec, run_as_non_root: bool) -> dict[str, Any]:
-    """Pod securityContext. Gaudi runs as root: the Habana runtime and device nodes expect it.
+    """Pod securityContext.
 
-    `run_as_non_root` is False for third-party engine images (vLLM, TGI), which run as root and
-    write their caches under /root.
+    Gaudi runs as root, said explicitly (the worker image ends as uid 1000): the SYS_NICE the
+    container adds is effective only for uid 0, since Kubernetes sets no ambient capabilities, and
+    the Habana runtime expects root. `run_as_non_root` is False for third-party engine images
+    (vLLM, TGI), which run as root and write their caches under /root.
     """
-    if run_as_non_root and accel.vendor != VENDOR_HABANA:
+    if accel.vendor == VENDOR_HABANA:
+        return {"runAsUser": 0, "runAsGroup": 0, "seccompProfile": {"type": "RuntimeDefault"}}
+    if run_as_non_root:
         return non_root_pod_security()
     return {"seccompProfile": {"type": "RuntimeDefault"}}
 

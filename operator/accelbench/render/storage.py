@@ -1,8 +1,8 @@
 """Model, dataset and output locations: which become volumes, which pass through.
 
 - `pvc://CLAIM/PATH`: a PersistentVolumeClaim volume. The engine or worker gets a local path.
-- `gs://...`, `s3://...`: passed as-is; whoever reads it streams from the bucket (the JAX worker and
-  Orbax read gs:// natively; vLLM streams s3:// and gs:// with `--load-format runai_streamer`).
+- `gs://...`, `s3://...`: passed as-is. vLLM streams them (`--load-format runai_streamer`); the
+  fine-tuning workers do not read object stores yet and refuse such a URI (InvalidConfig, exit 3).
 - anything else (an absolute path, or a Hugging Face Hub id such as `google/gemma-3-1b-it`): passed
   as-is. A path must already exist in the container (baked into the image); the renderer never
   makes a hostPath volume, which would pin pods to one node and is refused by the baseline Pod

@@ -1,4 +1,4 @@
-"""FLOPs per trained token and MFU, the one definition both frameworks report (DESIGN.md).
+"""FLOPs per trained token and MFU, the one definition both frameworks report (docs/design.md).
 
     FLOPs/token = k·N + 6·N_lora + 6·T·Σ_layers(H·Q)
 
@@ -12,14 +12,14 @@
     N_lora = Σ over adapted projections of r·(in + out).
     Attention: 6·L·H·Q·T (PaLM appendix B style): per token and layer, QKᵀ and AV each cost
         2·H·Q·T forward, ×3 with the backward. H = query heads, Q = head size (per layer when
-        global layers use another size), T = seq_length. Like ANCHORS.md, T is the full sequence
+        global layers use another size), T = seq_length. Like docs/anchors.md, T is the full sequence
         length on every layer: no halving for causality and no reduction for sliding-window layers,
         so figures compare with published MFU numbers that use the same convention.
 
 Tokens are trained tokens (sum of loss_mask), so MFU counts useful work: prompt tokens masked out of
 the loss still cost compute that this figure does not credit.
 
-Check against ANCHORS.md (Gemma-3-1B shape, full, seq 2048, one H200 at 989 TFLOP/s): N = 999.75 M,
+Check against docs/anchors.md (Gemma-3-1B shape, full, seq 2048, one H200 at 989 TFLOP/s): N = 999.75 M,
 attention 6·26·4·256·2048 = 0.327 GFLOP, FLOPs/token = 6.326 G; 37,686 tok/s -> 24.1 % MFU.
 """
 

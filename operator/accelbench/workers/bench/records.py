@@ -1,6 +1,6 @@
 """One request's timeline and the per-request metrics derived from it (pure functions).
 
-Definitions (DESIGN.md, Measurement definitions):
+Definitions (docs/design.md, Measurement definitions):
 - TTFT = first token event - *scheduled* send time. For open loop that charges the client's own
   lateness to the server's account on purpose: a user who arrives at t waits from t.
 - E2E = end of the stream - scheduled send time.
