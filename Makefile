@@ -8,7 +8,7 @@ EXTRAS ?= all
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 comma := ,
 
-.PHONY: venv peers tools lint unit crds crds-check test e2e binaries demo demo-down clean
+.PHONY: venv peers tools servers lint unit crds crds-check test e2e binaries demo demo-down clean
 
 venv: $(STAMP)
 
@@ -63,12 +63,16 @@ crds-check: venv
 binaries:
 	hack/build-binaries.sh
 
+# Servers the tests run beside the operator (fake-gcs-server), built and cached the same way.
+servers:
+	hack/build-servers.sh
+
 e2e: venv binaries
 	$(VENV)/bin/pytest -q tests/e2e
 
 # Everything: lint, CRD drift, unit, workers (torch + JAX on CPU), bench client, e2e on the local
 # control plane.
-test: lint crds-check binaries peers tools
+test: lint crds-check binaries servers peers tools
 	ACCELBENCH_PEER_AIPERF=$(CURDIR)/$(AIPERF) ACCELBENCH_PEER_GUIDELLM=$(CURDIR)/$(GUIDELLM) \
 	  $(VENV)/bin/pytest -q -p no:cacheprovider tests
 

@@ -156,15 +156,21 @@ def test_latencies_match_the_known_timeline(
 
 
 def test_without_per_chunk_counts_tpot_stays_exact(
-    fake_server: str, measure_jitter: Callable[[], float]
+    fake_server: str, truth: list, measure_jitter: Callable[[], float]
 ) -> None:
-    """No logprobs: chunk sizes are estimated, TPOT (server count) is not affected."""
+    """No logprobs: chunk sizes are estimated, TPOT (server count) is not affected. Compared with
+    what the server really did (its stamps), so a fake server slowed by a loaded machine does not
+    count against the client."""
     cell = asyncio.run(_closed(fake_server, 1, 8))
     jitter_ms = measure_jitter()
     assert cell["tokenCountSource"] == {TokenSource.ESTIMATED: 8}
+    runs = [(request_metrics(r), st) for r, st in truth if not r.warmup and len(st) == CHUNKS]
+    assert len(runs) == 8
+    true_tpot = [(st[-1] - st[0]) / (N - 1) for _, st in runs]
     bar = rel_slack(REL, jitter_ms, E2E_MS - TTFT_MS)
-    assert cell["tpotMs"]["p50"] == pytest.approx(TPOT_MS, rel=bar)
-    assert cell["itlMs"]["mean"] == pytest.approx(TPOT_MS, rel=bar)
+    errors = [abs(m.tpot - t) / t for (m, _), t in zip(runs, true_tpot, strict=True)]
+    assert statistics.median(errors) < bar, errors
+    assert cell["itlMs"]["mean"] == pytest.approx(statistics.fmean(true_tpot) * 1000, rel=bar)
     assert cell["outputTokens"] == {
         "server": 8 * N,
         "client": 8 * CHUNKS,  # the client saw 15 chunks, the server says 30 tokens
@@ -186,7 +192,7 @@ def test_closed_loop_throughput(fake_server: str, truth: list, measure_jitter: C
 
 
 def test_open_loop_schedule_lag_and_offered_load(
-    fake_server: str, measure_jitter: Callable[[], float]
+    fake_server: str, truth: list, measure_jitter: Callable[[], float]
 ) -> None:
     async def run() -> dict:
         runner = await _runner(fake_server, {"logprobs": 1}, warmup=2)
@@ -206,7 +212,8 @@ def test_open_loop_schedule_lag_and_offered_load(
     assert cell["scheduleLagMs"]["p99"] < 50.0
     # Achieved ≈ offered for a server that is never saturated (Poisson: wide tolerance on 120).
     assert cell["achievedRequestsPerSecond"] == pytest.approx(40.0, rel=0.35)
-    assert TTFT_MS <= cell["ttftMs"]["p50"] <= TTFT_MS + ms_slack(1.5, jitter_ms)
+    first_late, _, _ = fake_lateness_ms(truth)
+    assert TTFT_MS <= cell["ttftMs"]["p50"] <= TTFT_MS + first_late + ms_slack(1.5, jitter_ms)
 
 
 def test_errors_are_counted_by_type(fake_server: str) -> None:

@@ -85,6 +85,13 @@ def test_every_example_is_accepted_by_the_apiserver(env: Env, example: Path) -> 
         ({"accelerator": {"type": "tpu-v5p", "count": 4}}, "TPU slices are sized by topology, not count"),
         ({"accelerator": {"type": "a100"}}, 'Unsupported value: "a100"'),
         ({"training": {"seqLength": 4}}, "should be greater than or equal to 8"),
+        # An unsupported scheme or a malformed URI never reaches a pod.
+        (
+            {"model": {"uri": "gcs://bucket/m", "family": "llama", "size": "8b"}},
+            "uri must be pvc://CLAIM/PATH, gs://BUCKET/PATH",
+        ),
+        ({"dataset": {"uri": "http://example.com/chat.jsonl"}}, "uri must be pvc://CLAIM/PATH"),
+        ({"output": {"uri": "pvc://Bad_Claim/out"}}, "uri must be pvc://CLAIM/PATH"),
     ],
 )
 def test_invalid_objects_are_refused_by_the_apiserver(env: Env, change: dict[str, Any], message: str) -> None:

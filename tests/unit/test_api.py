@@ -194,3 +194,24 @@ def test_garbage_reports_raise_report_error_only(text: str | None, reason: str, 
         parse_termination_message(text)
     assert info.value.reason == reason
     assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "uri",
+    ["pvc://models/gemma", "pvc://m", "gs://my-bucket/models/x", "s3://bucket.name/a/b", "file:///opt/m",
+     "/opt/models/x", "relative/data.jsonl", "google/gemma-3-1b-it"],
+)  # fmt: skip
+def test_storage_uris_that_are_accepted(uri: str) -> None:
+    from accelbench.api.common import check_storage_uri
+
+    assert check_storage_uri(uri) == uri
+
+
+@pytest.mark.parametrize(
+    "uri", ["gcs://bucket/m", "http://example.com/x", "pvc://Bad_Claim/x", "gs://ab", "pvc:/x", "s3:/b/x"]
+)
+def test_storage_uris_that_are_refused_with_the_accepted_forms(uri: str) -> None:
+    from accelbench.api.common import ModelSource
+
+    with pytest.raises(ValueError, match="must be pvc://CLAIM/PATH, gs://BUCKET/PATH"):
+        ModelSource.model_validate({"uri": uri, "family": "llama", "size": "8b"})

@@ -257,6 +257,28 @@ def test_non_gaudi_workers_run_as_non_root_with_no_capabilities() -> None:
         assert "hostIPC" not in pod
 
 
+def test_gs_inputs_get_a_cache_volume_and_pvc_inputs_none() -> None:
+    from accelbench.api.contract import ENV_CACHE_DIR
+    from accelbench.render.finetune import CACHE_DIR
+
+    _, plan = fx.ft_h100_x2()
+    pvc_job = fx.finetune("pvc-run", {"type": "h100", "count": 2})
+    gs_job = fx.finetune(
+        "gs-run",
+        {"type": "h100", "count": 2},
+        model={"uri": "gs://bucket/models/gemma-3-27b-it", "family": "gemma3", "size": "27b"},
+    )
+    for job, cached in ((pvc_job, False), (gs_job, True)):
+        pod = _pod(render_finetune(job, plan, fx.CATALOG)[0])
+        container = pod["containers"][0]
+        mounts = {m["mountPath"]: m["name"] for m in container.get("volumeMounts", [])}
+        volumes = {v["name"]: v for v in pod.get("volumes", [])}
+        assert (CACHE_DIR in mounts) is cached
+        assert (_env({"spec": {"template": {"spec": pod}}}).get(ENV_CACHE_DIR) == CACHE_DIR) is cached
+        if cached:
+            assert volumes[mounts[CACHE_DIR]] == {"name": mounts[CACHE_DIR], "emptyDir": {}}
+
+
 def test_cpu_requests_no_accelerator() -> None:
     job, plan = fx.ft_cpu_local()
     pod = _pod(render_finetune(job, plan, fx.CATALOG)[0])
@@ -678,3 +700,29 @@ def test_gaudi_hugepages_are_whole_2mi_pages() -> None:
     container = render_finetune(job, plan, fx.CATALOG)[-1]["spec"]["template"]["spec"]["containers"][0]
     amount = container["resources"]["requests"]["hugepages-2Mi"]
     assert amount.endswith("Mi") and int(amount[:-2]) % 2 == 0
+
+
+def test_env_from_a_secret_and_the_pods_service_account() -> None:
+    """A secret reaches the worker through the kubelet (valueFrom), never as a value the operator
+    holds; the pods run as the ServiceAccount the spec names (the Workload Identity / IRSA identity)."""
+    _, plan = fx.ft_h100_x2()
+    job = fx.finetune(
+        "with-secret",
+        {"type": "h100", "count": 2},
+        env=[{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}],
+        serviceAccountName="trainer",
+    )
+    pod = _pod(render_finetune(job, plan, fx.CATALOG)[0])
+    (entry,) = [e for e in pod["containers"][0]["env"] if e["name"] == "HF_TOKEN"]
+    assert entry == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}
+    assert pod["serviceAccountName"] == "trainer" and pod["automountServiceAccountToken"] is False
+    unnamed = _pod(render_finetune(fx.finetune("plain", {"type": "h100", "count": 2}), plan, fx.CATALOG)[0])
+    assert "serviceAccountName" not in unnamed  # the namespace's default, as before
+    with pytest.raises(ValueError, match="exactly one of secretKeyRef, configMapKeyRef"):
+        fx.finetune("bad", {"type": "h100", "count": 2}, env=[{"name": "X", "valueFrom": {}}])
+    with pytest.raises(ValueError, match="value or valueFrom, not both"):
+        fx.finetune(
+            "bad",
+            {"type": "h100", "count": 2},
+            env=[{"name": "X", "value": "1", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}],
+        )

@@ -2,11 +2,46 @@
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
+from typing import Annotated, Any
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
 from .base import ApiModel, cel
+
+# Where a model, dataset or output lives: pvc://CLAIM[/PATH] (a DNS-1123 claim name),
+# gs://BUCKET[/PATH] or s3://BUCKET[/PATH] (3-223 characters of bucket name), file:///PATH, or a
+# path without a scheme (in the image, or a Hub id for a serving engine). Anything else (http://,
+# a typo like gcs://, pvc:/x) is refused at admission by the same rule the API server checks.
+STORAGE_URI_PATTERN = (
+    r"^(pvc://[a-z0-9]([-a-z0-9.]*[a-z0-9])?(/.*)?"
+    r"|(gs|s3)://[a-z0-9][-a-z0-9_.]{1,221}[a-z0-9](/.*)?"
+    r"|file:///.*"
+    r"|[^:]+)$"
+)
+STORAGE_URI_MESSAGE = "must be pvc://CLAIM/PATH, gs://BUCKET/PATH, s3://BUCKET/PATH, file:///PATH or a path"
+
+
+def check_storage_uri(value: str) -> str:
+    if not re.fullmatch(STORAGE_URI_PATTERN, value):
+        raise ValueError(f"{value!r} {STORAGE_URI_MESSAGE}")
+    return value
+
+
+StorageUri = Annotated[str, AfterValidator(check_storage_uri)]
+
+
+def storage_uri_field(description: str, **extra: Any) -> Any:
+    """A StorageUri field: the same rule in pydantic and, as CEL, in the CRD."""
+    rule = cel(f"self.matches('{STORAGE_URI_PATTERN}')", f"uri {STORAGE_URI_MESSAGE}")
+    return Field(
+        min_length=1,
+        max_length=2048,
+        description=description,
+        json_schema_extra={"x-kubernetes-validations": [rule]},
+        **extra,
+    )
 
 
 class AcceleratorType(StrEnum):
@@ -42,9 +77,8 @@ class ModelFamily(StrEnum):
 class ModelSource(ApiModel):
     """Where the model lives and what shape it has (the planner needs the size before any pod runs)."""
 
-    uri: str = Field(
-        min_length=1,
-        description="Hugging Face-format model directory: pvc://CLAIM/PATH, gs://, s3://, or a local path.",
+    uri: StorageUri = storage_uri_field(
+        "Hugging Face-format model directory: pvc://CLAIM/PATH, gs://, s3://, or a local path."
     )
     family: ModelFamily = Field(description="Architecture family; selects the JAX model and the bridge.")
     size: str | None = Field(
@@ -130,9 +164,63 @@ class Pricing(ApiModel):
         return self
 
 
+class KeyRef(ApiModel):
+    """One key of a Secret or ConfigMap in the resource's namespace."""
+
+    name: str = Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    key: str = Field(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")
+    optional: bool | None = None
+
+
+class EnvVarSource(ApiModel):
+    """Where a variable's value comes from, so a secret (e.g. a Hugging Face token) is never written
+    in the spec, the payload, the status or the operator's annotations: only its name is."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                cel(
+                    "has(self.secretKeyRef) != has(self.configMapKeyRef)",
+                    "valueFrom takes exactly one of secretKeyRef, configMapKeyRef",
+                )
+            ]
+        }
+    }
+
+    secret_key_ref: KeyRef | None = None
+    config_map_key_ref: KeyRef | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> EnvVarSource:
+        if (self.secret_key_ref is None) == (self.config_map_key_ref is None):
+            raise ValueError("valueFrom takes exactly one of secretKeyRef, configMapKeyRef")
+        return self
+
+
 class EnvVar(ApiModel):
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                cel("!(has(self.value) && has(self.valueFrom))", "set value or valueFrom, not both")
+            ]
+        }
+    }
+
     name: str = Field(min_length=1, pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
-    value: str = ""
+    value: str | None = None
+    value_from: EnvVarSource | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> EnvVar:
+        if self.value is not None and self.value_from is not None:
+            raise ValueError("set value or valueFrom, not both")
+        return self
+
+    def to_container_env(self) -> dict[str, Any]:
+        """The Kubernetes EnvVar: the value, or the reference the kubelet resolves in the pod."""
+        if self.value_from is not None:
+            return {"name": self.name, "valueFrom": self.value_from.to_wire()}
+        return {"name": self.name, "value": self.value or ""}
 
 
 class Resources(ApiModel):
@@ -160,6 +248,14 @@ class Scheduling(ApiModel):
 
 class RunControl(ApiModel):
     """Batch knobs shared by both kinds; they map onto the child Job."""
+
+    service_account_name: str | None = Field(
+        default=None,
+        max_length=253,
+        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+        description="ServiceAccount of the worker (and server) pods: the identity GKE Workload Identity or "
+        "IRSA maps to cloud credentials, e.g. for gs:// models, data and outputs. No keys in the spec.",
+    )
 
     queue_name: str | None = Field(default=None, description="Kueue LocalQueue; the Job starts suspended.")
     suspend: bool = False

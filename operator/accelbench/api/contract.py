@@ -77,6 +77,7 @@ ENV_JOB = "ACCELBENCH_JOB"  # render writes the JobPayload JSON (api/payload.py)
 ENV_TERMINATION_LOG = "ACCELBENCH_TERMINATION_LOG"  # render writes TERMINATION_LOG_PATH; pods write there
 ENV_METRICS_PORT = "ACCELBENCH_METRICS_PORT"  # render writes METRICS_PORT; worker and client serve on it
 ENV_PVC_ROOT = "ACCELBENCH_PVC_ROOT"  # render writes; worker maps pvc://CLAIM/PATH under it
+ENV_CACHE_DIR = "ACCELBENCH_CACHE_DIR"  # render writes (an emptyDir); worker copies gs:// objects there
 ENV_COMPLETION_INDEX = "JOB_COMPLETION_INDEX"  # render writes (from COMPLETION_INDEX_KEY); worker reads
 ENV_ENDPOINT = "ACCELBENCH_ENDPOINT"  # render writes the server URL; client reads
 ENV_HEALTH_PATH = "ACCELBENCH_HEALTH_PATH"  # render writes; client polls it (absent: TCP connect)

@@ -9,7 +9,16 @@ from typing import Annotated
 from pydantic import Field, model_validator
 
 from .base import ApiModel, cel
-from .common import Accelerator, EnvVar, ModelSource, Pricing, Resources, RunControl
+from .common import (
+    Accelerator,
+    EnvVar,
+    ModelSource,
+    Pricing,
+    Resources,
+    RunControl,
+    StorageUri,
+    storage_uri_field,
+)
 
 
 class DatasetFormat(StrEnum):
@@ -19,7 +28,7 @@ class DatasetFormat(StrEnum):
 
 
 class DatasetSource(ApiModel):
-    uri: str = Field(min_length=1, description="JSONL file: chat `messages` or `prompt`/`completion` rows.")
+    uri: StorageUri = storage_uri_field("JSONL file: chat `messages` or `prompt`/`completion` rows.")
     format: DatasetFormat = DatasetFormat.AUTO
     held_out_fraction: float = Field(default=0.05, ge=0, lt=1, description="Share kept out for eval loss.")
     max_samples: int | None = Field(default=None, ge=1)
@@ -211,7 +220,9 @@ class CheckpointFormat(StrEnum):
 
 
 class Output(ApiModel):
-    uri: str = Field(min_length=1)
+    uri: StorageUri = storage_uri_field(
+        "Where the trained weights, report.json and manifest.json go: pvc://, gs:// or a path."
+    )
     format: CheckpointFormat = CheckpointFormat.SAFETENSORS
     merge_lora: bool = Field(default=True, description="Export W + alpha/r·BA so engines load it directly.")
 
@@ -258,9 +269,8 @@ class PassAtK(ApiModel):
         }
     }
 
-    dataset: str = Field(
-        min_length=1,
-        description="JSONL of problems: chat `messages` (a trailing assistant turn, the reference, is "
+    dataset: StorageUri = storage_uri_field(
+        "JSONL of problems: chat `messages` (a trailing assistant turn, the reference, is "
         "dropped) or `prompt`, plus any fields the checker reads (tests, id, ...).",
     )
     k: list[Annotated[int, Field(ge=1, le=1000)]] = Field(

@@ -51,6 +51,10 @@ class Timings(ApiModel):
     compile_seconds: float | None = Field(default=None, ge=0)
     train_seconds: float | None = Field(default=None, ge=0)
     step_seconds_mean: float | None = Field(default=None, ge=0)
+    load_seconds: float | None = Field(
+        default=None, ge=0, description="Copying the model and data from object storage, when any."
+    )
+    load_bytes: int | None = Field(default=None, ge=0, description="Bytes downloaded for that.")
 
 
 class Memory(ApiModel):

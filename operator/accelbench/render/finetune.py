@@ -9,6 +9,7 @@ Env of the training container (names in api.contract), user spec.env last, repla
 
     ENV_JOB                the JobPayload: spec and the worker's plan (render/payload.py)
     ENV_PVC_ROOT           where pvc://CLAIM/PATH is mounted: $ENV_PVC_ROOT/CLAIM/PATH
+    ENV_CACHE_DIR          an emptyDir for gs:// inputs and outputs (only when there are any)
     ENV_METRICS_PORT       the Prometheus port the worker serves (named `metrics`)
     ENV_TERMINATION_LOG    where the compact WorkerReport goes
     ENV_COMPLETION_INDEX   this host's index 0..hosts-1
@@ -27,6 +28,7 @@ from typing import Any
 
 from ..api import FinetuneJob
 from ..api.contract import (
+    ENV_CACHE_DIR,
     ENV_COMPLETION_INDEX,
     ENV_JAX_COORDINATOR,
     ENV_JAX_PROCESS_ID,
@@ -52,7 +54,7 @@ from .errors import RenderError
 from .meta import build_metadata, metrics_annotations, metrics_port_entry
 from .names import labels, selector_labels, train_job_name, train_service_name
 from .payload import job_payload_json
-from .storage import ClaimUse, build_claim_volumes
+from .storage import ClaimUse, build_claim_volumes, is_object_store
 from .workload import (
     JobShape,
     build_headless_service,
@@ -67,6 +69,8 @@ from .workload import (
 WORKER_CONTAINER = "worker"
 WORKER_MODULE = "accelbench.workers.finetune"
 PVC_ROOT = "/mnt/pvc"
+CACHE_DIR = "/var/cache/accelbench"  # gs:// inputs are copied here (an emptyDir on the node's disk)
+CACHE_VOLUME = "object-cache"
 JAX_COORDINATOR_PORT = 8476
 TORCH_MASTER_PORT = 29500
 
@@ -104,6 +108,7 @@ def build_worker_env(job: FinetuneJob, plan: Plan) -> list[dict[str, Any]]:
     env = [
         env_value(ENV_JOB, job_payload_json(job, plan)),
         env_value(ENV_PVC_ROOT, PVC_ROOT),
+        *([env_value(ENV_CACHE_DIR, CACHE_DIR)] if uses_object_store(job) else []),
         env_value(ENV_METRICS_PORT, METRICS_PORT),
         env_value(ENV_TERMINATION_LOG, TERMINATION_LOG_PATH),
         env_completion_index(ENV_COMPLETION_INDEX),
@@ -112,13 +117,29 @@ def build_worker_env(job: FinetuneJob, plan: Plan) -> list[dict[str, Any]]:
     return merge_env(env, job.spec.env)
 
 
-def build_worker_storage(job: FinetuneJob) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    uses = [ClaimUse(job.spec.model.uri, writable=False), ClaimUse(job.spec.dataset.uri, writable=False)]
+def input_uris(job: FinetuneJob) -> list[str]:
+    uris = [job.spec.model.uri, job.spec.dataset.uri]
     if job.spec.pass_at_k is not None:
-        uses.append(ClaimUse(job.spec.pass_at_k.dataset, writable=False))
+        uris.append(job.spec.pass_at_k.dataset)
+    return uris
+
+
+def uses_object_store(job: FinetuneJob) -> bool:
+    """gs:// or s3:// inputs are copied into, and such outputs staged in, the cache emptyDir."""
+    outputs = [job.spec.output.uri] if job.spec.output is not None else []
+    return any(is_object_store(uri) for uri in [*input_uris(job), *outputs])
+
+
+def build_worker_storage(job: FinetuneJob) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """PVC volumes, and an emptyDir for gs:// inputs and staged outputs (ENV_CACHE_DIR)."""
+    uses = [ClaimUse(uri, writable=False) for uri in input_uris(job)]
     if job.spec.output is not None:
         uses.append(ClaimUse(job.spec.output.uri, writable=True))
-    return build_claim_volumes(uses, PVC_ROOT)
+    volumes, mounts = build_claim_volumes(uses, PVC_ROOT)
+    if uses_object_store(job):
+        volumes.append({"name": CACHE_VOLUME, "emptyDir": {}})
+        mounts.append({"name": CACHE_VOLUME, "mountPath": CACHE_DIR})
+    return volumes, mounts
 
 
 def build_worker_container(job: FinetuneJob, plan: Plan, accel: AcceleratorSpec) -> dict[str, Any]:
@@ -144,6 +165,7 @@ def build_worker_pod_template(job: FinetuneJob, plan: Plan, accel: AcceleratorSp
         "restartPolicy": "Never",  # retries belong to the Job (and podFailurePolicy needs Never)
         # The worker never talks to the Kubernetes API; its report leaves through the termination log.
         "automountServiceAccountToken": False,
+        **({"serviceAccountName": sa} if (sa := job.spec.service_account_name) else {}),
         "securityContext": accelerator.build_pod_security(accel, run_as_non_root=True),
         "containers": [container],
     }

@@ -92,7 +92,7 @@ EXTERNAL_HEALTH_PATH = "/v1/models"  # any OpenAI-compatible endpoint serves it
 STARTUP_PERIOD_SECONDS = 10
 # The load generator is asyncio over HTTP: two cores keep client overhead out of the latencies
 # up to a few hundred concurrent streams.
-CLIENT_RESOURCES = {"requests": {"cpu": "2", "memory": "2Gi"}, "limits": {"memory": "4Gi"}}
+CLIENT_benchS = {"requests": {"cpu": "2", "memory": "2Gi"}, "limits": {"memory": "4Gi"}}
 TGI_DEFAULT_PREFILL_TOKENS = 4096
 
 
@@ -299,6 +299,7 @@ def build_server_pod_template(bench: InferenceBench, plan: Plan, accel: Accelera
     pod: dict[str, Any] = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
+        **({"serviceAccountName": sa} if (sa := bench.spec.service_account_name) else {}),
         "securityContext": accelerator.build_pod_security(accel, run_as_non_root=False),
         "containers": [container],
     }
@@ -413,7 +414,7 @@ def build_client_job(
     container["command"] = ["python", "-m", CLIENT_MODULE]
     container["env"] = build_client_env(bench, plan)
     container["ports"] = [metrics_port_entry()]
-    container["resources"] = {part: dict(values) for part, values in CLIENT_RESOURCES.items()}
+    container["resources"] = {part: dict(values) for part, values in CLIENT_benchS.items()}
     container["securityContext"] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
     pod = {
         "restartPolicy": "Never",

@@ -2,7 +2,8 @@
 
 - `pvc://CLAIM/PATH`: a PersistentVolumeClaim volume. The engine or worker gets a local path.
 - `gs://...`, `s3://...`: passed as-is. vLLM streams them (`--load-format runai_streamer`); the
-  fine-tuning workers do not read object stores yet and refuse such a URI (InvalidConfig, exit 3).
+  fine-tuning worker copies gs:// inputs into an emptyDir and uploads a gs:// output after the run
+  (workers/storage.py); it refuses s3:// for now (InvalidConfig, exit 3).
 - anything else (an absolute path, or a Hugging Face Hub id such as `google/gemma-3-1b-it`): passed
   as-is. A path must already exist in the container (baked into the image); the renderer never
   makes a hostPath volume, which would pin pods to one node and is refused by the baseline Pod

@@ -30,7 +30,7 @@ def merge_env(rendered: list[dict[str, Any]], user: list[EnvVar]) -> list[dict[s
     """
     names = {var.name for var in user}
     kept = [var for var in rendered if var["name"] not in names]
-    return kept + [env_value(var.name, var.value) for var in user]
+    return kept + [var.to_container_env() for var in user]
 
 
 def build_pod_failure_policy(container: str, fail_job_exit_codes: list[int]) -> dict[str, Any]:

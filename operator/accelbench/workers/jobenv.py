@@ -171,8 +171,8 @@ def load_job(path: str | Path | None = None, env: Mapping[str, str] | None = Non
 
 def resolve_uri(uri: str, env: Mapping[str, str] | None = None, base: Path | None = None) -> Path:
     """A spec URI -> a local path. pvc://CLAIM/PATH lives under ENV_PVC_ROOT; relative paths
-    are taken from `base` (the manifest's directory for `accelbench run`). Object stores are not read
-    by the worker: stage the data on a volume."""
+    are taken from `base` (the manifest's directory for `accelbench run`). gs:// is copied by
+    workers.storage before this is asked; other object stores are refused."""
     env = os.environ if env is None else env
     if uri.startswith("pvc://"):
         root = Path(env.get(ENV_PVC_ROOT) or DEFAULT_PVC_ROOT)
@@ -181,7 +181,9 @@ def resolve_uri(uri: str, env: Mapping[str, str] | None = None, base: Path | Non
         return Path(uri.removeprefix("file://"))
     if "://" in uri:
         scheme = uri.split("://", 1)[0]
-        raise InvalidConfigError(f"{scheme}:// is not readable by the worker; copy {uri} to a PVC (pvc://)")
+        raise InvalidConfigError(
+            f"{scheme}:// is not readable by the worker yet (gs://, pvc:// and paths are); copy {uri} to one"
+        )
     path = Path(uri).expanduser()
     if not path.is_absolute() and base is not None:
         path = base / path

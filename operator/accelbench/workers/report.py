@@ -74,7 +74,9 @@ def build_report(
     peak_tflops_per_chip: float | None,
     rank: int = 0,
     total_seconds: float,
+    load: tuple[float, int] | None = None,
 ) -> WorkerReport:
+    """`load`: (seconds, bytes) spent copying inputs from object storage, when there were any."""
     tokens_per_second, step_mean = throughput(outcome.steps, outcome.warmup_steps_excluded)
     chips = max(outcome.chips, 1)
     utilization = None
@@ -113,6 +115,8 @@ def build_report(
             compile_seconds=outcome.compile_seconds,
             train_seconds=train_seconds,
             step_seconds_mean=step_mean,
+            load_seconds=load[0] if load else None,
+            load_bytes=load[1] if load else None,
         ),
         memory=Memory(
             peak_bytes_per_chip=outcome.peak_memory_bytes,

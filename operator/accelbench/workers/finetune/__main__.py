@@ -20,13 +20,14 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ...api import FinetuneJob, Framework, MethodType, WorkerReport
 from ...api.contract import (
+    ENV_CACHE_DIR,
     ENV_COMPILE,
     ENV_COMPLETION_INDEX,
     ENV_JOB,
@@ -40,7 +41,7 @@ from ...api.contract import (
     ExitCode,
 )
 from ...api.payload import WorkerPlan
-from .. import InvalidConfigError
+from .. import InvalidConfigError, storage
 from ..data import PreparedData, data_config_from_spec, prepare_data
 from ..flops import flops_per_token, shape_from_hf_config
 from ..jobenv import DistEnv, JobInput, dist_env, load_job, resolve_uri
@@ -55,6 +56,10 @@ from ..report import (
 )
 from . import FinetuneOutcome, MetricsSink, TrainContext
 from .passk import PassAtKTask, load_task
+
+# Where gs:// inputs are copied when no ENV_CACHE_DIR is set (a local run): a cache that survives runs.
+DEFAULT_CACHE_DIR = str(Path.home() / ".cache" / "accelbench" / "objects")
+REPORT_FILE = "report.json"  # the full WorkerReport beside the outputs in object storage
 
 
 class TeeSink:
@@ -110,18 +115,53 @@ def chips_for(plan: WorkerPlan, dist: DistEnv) -> int:
     return plan.chips
 
 
-def build_context(job_input: JobInput, dist: DistEnv, sink: MetricsSink, options: RunOptions) -> TrainContext:
+@dataclass
+class Staged:
+    """What copying inputs from object storage cost this run (WorkerReport timings)."""
+
+    seconds: float = 0.0
+    bytes: int = 0
+    any: bool = False
+    upload_to: str | None = None  # gs:// URI of spec.output, written after the run
+
+
+def local_input(uri: str, options: RunOptions, staged: Staged) -> Path:
+    """A local path for a model or dataset URI: gs:// is copied into the cache first."""
+    if not storage.is_object_store(uri):
+        return resolve_uri(uri, options.env, options.base_dir)
+    cache = Path(options.env.get(ENV_CACHE_DIR) or DEFAULT_CACHE_DIR)
+    fetched = storage.fetch(uri, cache, log=options.log or _stderr)
+    staged.seconds += fetched.seconds
+    staged.bytes += fetched.bytes_downloaded
+    staged.any = True
+    return fetched.path
+
+
+def local_output(uri: str, job: FinetuneJob, options: RunOptions, staged: Staged) -> Path:
+    """Where the worker writes its outputs: the URI's path, or for gs:// a staging directory in
+    the cache that run_job uploads once the run has finished."""
+    if not storage.is_object_store(uri):
+        return resolve_uri(uri, options.env, options.base_dir)
+    storage.ObjectUri.parse(uri)  # a malformed URI fails now, not after training
+    staged.upload_to = uri
+    run = job.metadata.uid or job.metadata.name
+    return Path(options.env.get(ENV_CACHE_DIR) or DEFAULT_CACHE_DIR) / "outputs" / run
+
+
+def build_context(
+    job_input: JobInput, dist: DistEnv, sink: MetricsSink, options: RunOptions, staged: Staged
+) -> TrainContext:
     job, plan = job_input.job, job_input.plan
     spec = job.spec
-    model_dir = resolve_uri(spec.model.uri, options.env, options.base_dir)
+    model_dir = local_input(spec.model.uri, options, staged)
     if not model_dir.is_dir():
         raise InvalidConfigError(f"model dir {model_dir} (from {spec.model.uri}) does not exist")
-    dataset = resolve_uri(spec.dataset.uri, options.env, options.base_dir)
+    dataset = local_input(spec.dataset.uri, options, staged)
     if not dataset.is_file():
         raise InvalidConfigError(f"dataset {dataset} (from {spec.dataset.uri}) does not exist")
     output_dir = None
     if spec.output is not None:
-        output_dir = resolve_uri(spec.output.uri, options.env, options.base_dir)
+        output_dir = local_output(spec.output.uri, job, options, staged)
     config = data_config_from_spec(spec, plan, options.max_steps)
     data: PreparedData = prepare_data(model_dir, dataset, config, spec.model.family.value)
     data.micro_batch_size(max(dist.world_size, 1) if plan.framework == Framework.PYTORCH else 1)  # fail early
@@ -140,16 +180,18 @@ def build_context(job_input: JobInput, dist: DistEnv, sink: MetricsSink, options
         warmup_steps_excluded=1 if data.total_steps > 1 else 0,
         compile=options.env.get(ENV_COMPILE, "") == "1",
         log=options.log or _stderr,
-        pass_at_k=pass_at_k_task(job, model_dir, options),
+        pass_at_k=pass_at_k_task(job, model_dir, options, staged),
     )
 
 
-def pass_at_k_task(job: FinetuneJob, model_dir: Path, options: RunOptions) -> PassAtKTask | None:
+def pass_at_k_task(
+    job: FinetuneJob, model_dir: Path, options: RunOptions, staged: Staged
+) -> PassAtKTask | None:
     """spec.passAtK with its problems read and tokenized now: a bad file fails before training."""
     spec = job.spec.pass_at_k
     if spec is None:
         return None
-    path = resolve_uri(spec.dataset, options.env, options.base_dir)
+    path = local_input(spec.dataset, options, staged)
     if not path.is_file():
         raise InvalidConfigError(f"pass@k problems {path} (from {spec.dataset}) do not exist")
     return load_task(spec, path, model_dir, job.spec.model.family.value)
@@ -188,7 +230,8 @@ def run_job(job_input: JobInput, options: RunOptions | None = None) -> tuple[Wor
             server = start_metrics_server(port, metrics)
             (options.log or _stderr)(f"metrics: serving on port {server.port}")
         sink: MetricsSink = TeeSink(metrics, options.extra_sink) if options.extra_sink else metrics
-        ctx = build_context(job_input, dist, sink, options)
+        staged = Staged()
+        ctx = build_context(job_input, dist, sink, options, staged)
         outcome = train_with(framework, ctx)
         flops, formula = job_flops(job_input.job, ctx.model_dir)
         report = build_report(
@@ -198,7 +241,10 @@ def run_job(job_input: JobInput, options: RunOptions | None = None) -> tuple[Wor
             peak_tflops_per_chip=ctx.peak_tflops_per_chip,
             rank=dist.rank,
             total_seconds=time.perf_counter() - started,
+            load=(staged.seconds, staged.bytes) if staged.any else None,
         )
+        if staged.upload_to is not None and dist.rank == 0 and ctx.output_dir is not None:
+            deliver(report, ctx.output_dir, staged.upload_to, options.log or _stderr)
         return report, ExitCode.OK
     except Exception as exc:  # the report carries it; the exit code says whether to retry
         (options.log or _stderr)(f"error: {type(exc).__name__}: {exc}")
@@ -209,6 +255,15 @@ def run_job(job_input: JobInput, options: RunOptions | None = None) -> tuple[Wor
     finally:
         if server is not None:
             server.stop()
+
+
+def deliver(report: WorkerReport, output_dir: Path, uri: str, log: Callable[[str], None]) -> None:
+    """Upload the run's outputs and its full WorkerReport to `uri` (object storage), so they
+    outlive the resource and the cluster. A failure raises: the run is then not done."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    full = json.dumps(report.to_wire(), indent=1, allow_nan=False)
+    (output_dir / REPORT_FILE).write_text(full)
+    storage.upload_dir(output_dir, uri, log=log)
 
 
 def needs_launcher(framework: Framework, env: Mapping[str, str]) -> bool:
