@@ -215,22 +215,54 @@ def _cached(blob: Any, path: Path) -> bool:
     return path.is_file() and path.stat().st_size == int(blob.size or 0) and _verified(blob, path)
 
 
-def _verified(blob: Any, path: Path) -> bool:
-    """The file matches the store's MD5, else its CRC32C (composite objects carry only that)."""
+def _new_digest(blob: Any) -> tuple[Any, str] | None:
+    """(running digest, expected base64) for the store's MD5, else its CRC32C (composite objects
+    carry only that); None when the store gave no checksum (the size is then all there is)."""
     if blob.md5_hash:
-        digest = hashlib.md5(usedforsecurity=False)
-        expected = blob.md5_hash
-    elif blob.crc32c:
+        return hashlib.md5(usedforsecurity=False), blob.md5_hash
+    if blob.crc32c:
         import google_crc32c
 
-        digest = google_crc32c.Checksum()
-        expected = blob.crc32c
-    else:
-        return True  # the store gave no checksum to compare with; the size matched
+        return google_crc32c.Checksum(), blob.crc32c
+    return None
+
+
+def _hash_file(digest: Any, path: Path, limit: int | None = None) -> None:
     with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(CHUNK_BYTES), b""):
+        left = limit
+        while left is None or left > 0:
+            chunk = f.read(CHUNK_BYTES if left is None else min(CHUNK_BYTES, left))
+            if not chunk:
+                return
             digest.update(chunk)
-    return base64.b64encode(digest.digest()).decode() == expected
+            if left is not None:
+                left -= len(chunk)
+
+
+def _matches(check: tuple[Any, str] | None) -> bool:
+    return check is None or base64.b64encode(check[0].digest()).decode() == check[1]
+
+
+def _verified(blob: Any, path: Path) -> bool:
+    check = _new_digest(blob)
+    if check is not None:
+        _hash_file(check[0], path)
+    return _matches(check)
+
+
+class _HashingWriter:
+    """A file object that feeds every byte written to a digest: verified in one pass, no re-read."""
+
+    def __init__(self, f: Any, digest: Any) -> None:
+        self.f, self.digest = f, digest
+
+    def write(self, data: bytes) -> int:
+        if self.digest is not None:
+            self.digest.update(data)
+        return self.f.write(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.f, name)
 
 
 def _download(blob: Any, path: Path, meter: _Meter) -> None:
@@ -242,11 +274,18 @@ def _download(blob: Any, path: Path, meter: _Meter) -> None:
         part.unlink()
         start = 0
     for attempt in (1, 2):  # a corrupt copy is downloaded once more from the start
+        check = _new_digest(blob)
+        if check is not None and start:
+            _hash_file(check[0], part, start)  # the part an earlier attempt left
         if start < size:
             with part.open("ab") as f:
-                blob.download_to_file(f, start=start, checksum=None)
+                blob.download_to_file(
+                    _HashingWriter(f, check[0] if check else None), start=start, checksum=None
+                )
+        elif not part.exists():
+            part.touch()  # an empty object
         meter.add(size - start)
-        if _verified(blob, part):
+        if _matches(check):
             part.replace(path)
             return
         part.unlink()
