@@ -63,11 +63,11 @@ crds-check: venv
 binaries:
 	hack/build-binaries.sh
 
-# Servers the tests run beside the operator (fake-gcs-server), built and cached the same way.
+# Servers the tests run beside the operator (fake-gcs-server, versitygw), built and cached the same way.
 servers:
 	hack/build-servers.sh
 
-e2e: venv binaries
+e2e: venv binaries servers
 	$(VENV)/bin/pytest -q tests/e2e
 
 # Everything: lint, CRD drift, unit, workers (torch + JAX on CPU), bench client, e2e on the local

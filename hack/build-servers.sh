@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the servers tests run beside the operator (hack/servers/<name>/go.mod pins each one) and
-# links them into <repo>/.servers/. Today: fake-gcs-server, a GCS JSON API server on loopback that
-# the official google-cloud-storage client reaches through STORAGE_EMULATOR_HOST.
+# links them into <repo>/.servers/: fake-gcs-server (the GCS JSON API, reached by google-cloud-storage
+# through STORAGE_EMULATOR_HOST) and versitygw (an S3 gateway, reached by boto3 through
+# AWS_ENDPOINT_URL_S3). hack/objectstores.py starts them.
 #
 # Cached like the control plane (hack/build-binaries.sh): $HOME/.cache/accelbench/servers/<key>/,
 # <key> hashing every go.mod/go.sum here and this script; a warm run only re-creates the links.

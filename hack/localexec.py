@@ -7,8 +7,14 @@ would: Running, then Succeeded or Failed with the exit code and the termination 
 the demo and the end-to-end tests run the real workers through the real Job controller.
 
 What differs from a kubelet, on purpose:
-- one container per pod (init containers and sidecars are not run);
-- env `value` and `fieldRef` are resolved; secret/configMap refs and volumes are not;
+- one container per pod after its init containers, which run in order first (sidecars are not run);
+  a failing init container fails the pod with its exit code and termination message, as a kubelet
+  with restartPolicy Never does;
+- env `value`, `fieldRef`, `secretKeyRef` and `configMapKeyRef` are resolved (the two refs read
+  through the API with the executor's credentials, as a kubelet reads them); `envFrom` is not;
+- an emptyDir volume is a directory of the pod's own; its mountPath in env values and in the
+  command line is rewritten to that directory (a bind mount, as a runtime makes). Other volumes
+  are not mounted;
 - there is no cluster DNS: hosts under `.svc` (Services, headless pod names) resolve to 127.0.0.1,
   and each pod that declares a `metrics` port gets its own free local port instead (parallel workers
   would fight over one), written to ENV_METRICS_PORT and to the pod's ANNOTATION_PORT
@@ -24,6 +30,7 @@ Usage: `python hack/localexec.py --kubeconfig .cluster/kubeconfig [--node local-
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import datetime as dt
 import logging
@@ -35,6 +42,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,8 +97,39 @@ def localize(value: str) -> str:
     return SVC_HOST.sub("127.0.0.1", value)
 
 
+class ConfigError(Exception):
+    """What a kubelet reports as CreateContainerConfigError (a missing Secret or key)."""
+
+
+RefReader = Callable[[str, str, str, str], "str | None"]  # (kind, namespace, name, key) -> value
+
+
+def mounted_paths(pod: dict[str, Any], container: dict[str, Any], podir: Path) -> dict[str, str]:
+    """mountPath -> the pod's own directory, for each emptyDir the container mounts."""
+    empty = {v["name"] for v in pod["spec"].get("volumes") or [] if "emptyDir" in v}
+    paths = {}
+    for mount in container.get("volumeMounts") or []:
+        if mount["name"] in empty:
+            local = podir / "volumes" / mount["name"]
+            local.mkdir(parents=True, exist_ok=True)
+            paths[mount["mountPath"].rstrip("/")] = str(local)
+    return paths
+
+
+def remap(value: str, paths: dict[str, str]) -> str:
+    for mount, local in sorted(paths.items(), key=lambda item: -len(item[0])):
+        if value == mount or value.startswith(mount + "/"):
+            return local + value[len(mount) :]
+    return value
+
+
 def container_env(
-    pod: dict[str, Any], container: dict[str, Any], termination_file: Path, kubeconfig: str | None = None
+    pod: dict[str, Any],
+    container: dict[str, Any],
+    termination_file: Path,
+    kubeconfig: str | None = None,
+    read_ref: RefReader | None = None,
+    paths: dict[str, str] | None = None,
 ) -> dict[str, str]:
     """The pod's environment; `kubeconfig` holds its own ServiceAccount token (None: no API access).
 
@@ -99,11 +138,23 @@ def container_env(
     if kubeconfig:
         env["KUBECONFIG"] = kubeconfig
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    namespace = pod["metadata"]["namespace"]
     for item in container.get("env") or []:
+        source = item.get("valueFrom") or {}
         if "value" in item:
-            env[item["name"]] = localize(str(item["value"]))
-        elif "fieldRef" in (item.get("valueFrom") or {}):
-            env[item["name"]] = resolve_field(pod, item["valueFrom"]["fieldRef"]["fieldPath"])
+            env[item["name"]] = remap(localize(str(item["value"])), paths or {})
+        elif "fieldRef" in source:
+            env[item["name"]] = resolve_field(pod, source["fieldRef"]["fieldPath"])
+        elif ("secretKeyRef" in source or "configMapKeyRef" in source) and read_ref is not None:
+            kind = "Secret" if "secretKeyRef" in source else "ConfigMap"
+            ref = source.get("secretKeyRef") or source.get("configMapKeyRef")
+            value = read_ref(kind, namespace, ref["name"], ref["key"])
+            if value is None and not ref.get("optional"):
+                raise ConfigError(
+                    f"{kind.lower()} {ref['name']!r} has no key {ref['key']!r} (or does not exist)"
+                )
+            if value is not None:
+                env[item["name"]] = value
         else:
             LOG.warning("pod %s: env %s uses an unsupported source; left unset", name_of(pod), item["name"])
     for key in (ENV_MASTER_ADDR, ENV_JAX_COORDINATOR):
@@ -143,7 +194,37 @@ def termination_message(
     return text
 
 
-def running_status(pod: dict[str, Any], container: dict[str, Any], started: str, pid: int) -> dict[str, Any]:
+def terminated(started: str, code: int, message: str) -> dict[str, Any]:
+    state: dict[str, Any] = {
+        "exitCode": code,
+        "reason": "Completed" if code == 0 else "Error",  # no cgroup here, so never OOMKilled
+        "startedAt": started,
+        "finishedAt": now(),
+    }
+    if message:
+        state["message"] = message
+    return {"terminated": state}
+
+
+def container_status(container: dict[str, Any], state: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {
+        "name": container["name"],
+        "image": container.get("image", ""),
+        "imageID": "",
+        "ready": False,
+        "started": False,
+        "restartCount": 0,
+        "state": state,
+        **extra,
+    }
+
+
+def running_status(
+    pod: dict[str, Any], container: dict[str, Any], started: str, pid: int, init: list[dict[str, Any]]
+) -> dict[str, Any]:
+    running = container_status(
+        container, {"running": {"startedAt": started}}, ready=True, started=True, containerID=f"local://{pid}"
+    )
     return {
         "phase": "Running",
         "hostIP": "127.0.0.1",
@@ -151,54 +232,38 @@ def running_status(pod: dict[str, Any], container: dict[str, Any], started: str,
         "podIPs": [{"ip": "127.0.0.1"}],
         "startTime": started,
         "conditions": conditions(ready=True, at=started),
-        "containerStatuses": [
-            {
-                "name": container["name"],
-                "image": container.get("image", ""),
-                "imageID": "",
-                "containerID": f"local://{pid}",
-                "ready": True,
-                "started": True,
-                "restartCount": 0,
-                "state": {"running": {"startedAt": started}},
-            }
-        ],
+        **({"initContainerStatuses": init} if init else {}),
+        "containerStatuses": [running],
     }
 
 
-def terminated_status(container: dict[str, Any], started: str, code: int, message: str) -> dict[str, Any]:
-    finished = now()
-    reason = "Completed" if code == 0 else "Error"  # no cgroup here, so never OOMKilled
-    terminated: dict[str, Any] = {
-        "exitCode": code,
-        "reason": reason,
-        "startedAt": started,
-        "finishedAt": finished,
-    }
-    if message:
-        terminated["message"] = message
+def terminated_status(
+    container: dict[str, Any], started: str, code: int, message: str, init: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     return {
         "phase": "Succeeded" if code == 0 else "Failed",
-        "conditions": conditions(ready=False, at=finished),
-        "containerStatuses": [
-            {
-                "name": container["name"],
-                "image": container.get("image", ""),
-                "imageID": "",
-                "ready": False,
-                "started": False,
-                "restartCount": 0,
-                "state": {"terminated": terminated},
-            }
-        ],
+        "conditions": conditions(ready=False, at=now()),
+        **({"initContainerStatuses": init} if init else {}),
+        "containerStatuses": [container_status(container, terminated(started, code, message))],
     }
 
 
-def conditions(ready: bool, at: str) -> list[dict[str, str]]:
+def init_failed_status(pod: dict[str, Any], init: list[dict[str, Any]]) -> dict[str, Any]:
+    """An init container failed under restartPolicy Never: the pod fails, its containers never ran."""
+    waiting = {"waiting": {"reason": "PodInitializing"}}
+    return {
+        "phase": "Failed",
+        "conditions": conditions(ready=False, at=now(), initialized=False),
+        "initContainerStatuses": init,
+        "containerStatuses": [container_status(c, waiting) for c in pod["spec"]["containers"]],
+    }
+
+
+def conditions(ready: bool, at: str, initialized: bool = True) -> list[dict[str, str]]:
     value = "True" if ready else "False"
     return [
         {"type": "PodScheduled", "status": "True", "lastTransitionTime": at},
-        {"type": "Initialized", "status": "True", "lastTransitionTime": at},
+        {"type": "Initialized", "status": "True" if initialized else "False", "lastTransitionTime": at},
         {"type": "ContainersReady", "status": value, "lastTransitionTime": at},
         {"type": "Ready", "status": value, "lastTransitionTime": at},
     ]
@@ -206,7 +271,7 @@ def conditions(ready: bool, at: str) -> list[dict[str, str]]:
 
 @dataclass
 class Running:
-    process: subprocess.Popen[bytes]
+    process: subprocess.Popen[bytes] | None  # the container running now (an init one, then the main one)
     container: dict[str, Any]
     started: str
     termination_file: Path
@@ -275,58 +340,112 @@ class Executor:
         path.chmod(0o600)
         return str(path)
 
+    def read_ref(self, kind: str, namespace: str, name: str, key: str) -> str | None:
+        """A Secret's or ConfigMap's key, as the kubelet reads it for env; None when absent."""
+        try:
+            if kind == "Secret":
+                data = self.core.read_namespaced_secret(name, namespace).data or {}
+                return base64.b64decode(data[key]).decode() if key in data else None
+            return (self.core.read_namespaced_config_map(name, namespace).data or {}).get(key)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
     def start(self, pod: dict[str, Any]) -> None:
         key = name_of(pod)
-        container = pod["spec"]["containers"][0]
-        argv = [*(container.get("command") or []), *(container.get("args") or [])]
-        if not argv:
-            self.fail_to_start(pod, container, "the local executor needs an explicit container command")
-            return
         podir = self.workdir / pod["metadata"]["namespace"] / pod["metadata"]["name"]
         podir.mkdir(parents=True, exist_ok=True)
-        termination_file = podir / "termination-log"
-        termination_file.write_text("")
-        log_file = podir / "container.log"
-        env = container_env(pod, container, termination_file, self.pod_kubeconfig(pod, podir))
+        main = pod["spec"]["containers"][0]
+        run = Running(None, main, now(), podir / "termination-log", podir / "container.log")
+        with self.lock:
+            self.running[key] = run  # known from now on: init containers run first
+        threading.Thread(target=self.run_pod, args=(pod, run, podir), daemon=True).start()
+
+    def launch(self, pod: dict[str, Any], container: dict[str, Any], run: Running, podir: Path) -> str | None:
+        """Start one container as a process into `run`; the reason it could not start, else None."""
+        argv = [*(container.get("command") or []), *(container.get("args") or [])]
+        if not argv:
+            return "the local executor needs an explicit container command"
+        suffix = "" if container is run.container else f"-{container['name']}"
+        run.termination_file = podir / f"termination-log{suffix}"
+        run.log_file = podir / f"container{suffix}.log"
+        run.termination_file.write_text("")
+        paths = mounted_paths(pod, container, podir)
+        try:
+            kubeconfig = self.pod_kubeconfig(pod, podir)
+            env = container_env(pod, container, run.termination_file, kubeconfig, self.read_ref, paths)
+        except (ConfigError, ApiException) as exc:
+            return f"CreateContainerConfigError: {exc}"
         if any(p.get("name") == METRICS_PORT_NAME for p in container.get("ports") or []):
             port = free_port()
             env[ENV_METRICS_PORT] = str(port)
             self.patch_annotations(pod, {ANNOTATION_PORT: str(port)})
-        argv = [localize(a) for a in argv]
+        argv = [remap(localize(a), paths) for a in argv]
         if argv[0] == "python":
             argv[0] = sys.executable  # the project's environment, whatever `python` is on PATH
-        with log_file.open("wb") as log:
+        with run.log_file.open("wb") as log:
             try:
-                process = subprocess.Popen(
+                run.process = subprocess.Popen(
                     argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
                 )
             except OSError as exc:
-                self.fail_to_start(pod, container, f"cannot start {argv[0]}: {exc}")
-                return
-        started = now()
-        run = Running(process, container, started, termination_file, log_file)
-        with self.lock:
-            self.running[key] = run
-        LOG.info("started %s (pid %d): %s", key, process.pid, " ".join(argv[:4]))
-        self.patch_status(pod, running_status(pod, container, started, process.pid))
-        threading.Thread(target=self.wait, args=(pod, run), daemon=True).start()
+                return f"cannot start {argv[0]}: {exc}"
+        run.started = now()
+        LOG.info(
+            "started %s %s (pid %d): %s", name_of(pod), container["name"], run.process.pid, " ".join(argv[:4])
+        )
+        return None
 
-    def wait(self, pod: dict[str, Any], run: Running) -> None:
+    def run_pod(self, pod: dict[str, Any], run: Running, podir: Path) -> None:
+        key = name_of(pod)
+        done: list[dict[str, Any]] = []  # the init containers' terminated statuses
+        for init in pod["spec"].get("initContainers") or []:
+            problem = self.launch(pod, init, run, podir)
+            code = 128 if problem else self.exit_code(run)
+            if run.deleting or self.stopping.is_set():
+                return
+            message = problem or termination_message(
+                init, run.termination_file, run.log_file, failed=code != 0
+            )
+            done.append(container_status(init, terminated(run.started, code, message)))
+            if code != 0:
+                LOG.info("%s init container %s exited %d", key, init["name"], code)
+                with self.lock:
+                    self.running.pop(key, None)
+                self.patch_status(pod, init_failed_status(pod, done))
+                return
+        problem = self.launch(pod, run.container, run, podir)
+        if problem is not None:
+            with self.lock:
+                self.running.pop(key, None)
+            self.fail_to_start(pod, run.container, problem, done)
+            return
+        assert run.process is not None
+        self.patch_status(pod, running_status(pod, run.container, run.started, run.process.pid, done))
+        self.wait(pod, run, done)
+
+    def exit_code(self, run: Running) -> int:
+        assert run.process is not None
         code = run.process.wait()
+        return 128 - code if code < 0 else code  # killed by a signal: as a container runtime says it
+
+    def wait(self, pod: dict[str, Any], run: Running, done: list[dict[str, Any]]) -> None:
+        code = self.exit_code(run)
         key = name_of(pod)
         with self.lock:
             self.running.pop(key, None)
         if run.deleting or self.stopping.is_set():
             return
-        if code < 0:  # killed by a signal: report it the way a container runtime does
-            code = 128 - code
         message = termination_message(run.container, run.termination_file, run.log_file, failed=code != 0)
         LOG.info("%s exited %d", key, code)
-        self.patch_status(pod, terminated_status(run.container, run.started, code, message))
+        self.patch_status(pod, terminated_status(run.container, run.started, code, message, done))
 
-    def fail_to_start(self, pod: dict[str, Any], container: dict[str, Any], message: str) -> None:
+    def fail_to_start(
+        self, pod: dict[str, Any], container: dict[str, Any], message: str, done: list[dict[str, Any]]
+    ) -> None:
         LOG.warning("%s: %s", name_of(pod), message)
-        self.patch_status(pod, terminated_status(container, now(), 128, message))
+        self.patch_status(pod, terminated_status(container, now(), 128, message, done))
 
     def delete(self, pod: dict[str, Any]) -> None:
         key = name_of(pod)
@@ -334,7 +453,8 @@ class Executor:
             run = self.running.get(key)
         if run is not None:
             run.deleting = True
-            stop_process(run.process)
+            if run.process is not None:
+                stop_process(run.process)
         # The kubelet confirms a graceful delete by deleting with grace 0 once the containers stopped.
         with contextlib.suppress(ApiException):
             self.core.delete_namespaced_pod(
@@ -369,7 +489,8 @@ class Executor:
         with self.lock:
             runs = list(self.running.values())
         for run in runs:
-            stop_process(run.process)
+            if run.process is not None:
+                stop_process(run.process)
 
 
 def stop_process(process: subprocess.Popen[bytes], grace: float = 10.0) -> None:

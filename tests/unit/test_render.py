@@ -259,7 +259,7 @@ def test_non_gaudi_workers_run_as_non_root_with_no_capabilities() -> None:
 
 def test_gs_inputs_get_a_cache_volume_and_pvc_inputs_none() -> None:
     from accelbench.api.contract import ENV_CACHE_DIR
-    from accelbench.render.finetune import CACHE_DIR
+    from accelbench.render.storage import CACHE_DIR
 
     _, plan = fx.ft_h100_x2()
     pvc_job = fx.finetune("pvc-run", {"type": "h100", "count": 2})
@@ -650,18 +650,49 @@ def test_multi_host_serving_is_refused() -> None:
         render_inference(bench, plan, fx.CATALOG)
 
 
-def test_object_store_model_streams_in_vllm_and_is_refused_by_tgi() -> None:
-    bench, plan = fx.ib_vllm_h100_x2()
-    bench.spec.model.uri = "s3://acme-models/gemma-3-27b-it"
-    server = _job(render_inference(bench, plan, fx.CATALOG), "gemma-serve-h100-server")
+@pytest.mark.parametrize("engine", [Engine.VLLM, Engine.TGI])
+def test_object_store_model_is_fetched_by_an_init_container_for_every_engine(engine: Engine) -> None:
+    """One behaviour for every engine: the bench image's workers.storage copies the model into an
+    emptyDir first (as the pod's ServiceAccount, with the server's env), the engine gets that path,
+    and a fetch exit INVALID_CONFIG ends the server Job at once."""
+    from accelbench.api.common import EnvVar
+    from accelbench.api.objects import cache_path
+    from accelbench.render.storage import CACHE_DIR, FETCH_CONTAINER
+
+    bench, plan = fx.ib_vllm_h100_x2() if engine == Engine.VLLM else fx.ib_tgi_gaudi3()
+    uri = "s3://acme-models/gemma-3-27b-it"
+    bench.spec.model.uri = uri
+    bench.spec.service_account_name = "model-reader"
+    bench.spec.server.env = [EnvVar(name="AWS_ENDPOINT_URL_S3", value="https://s3.example")]
+    server = _job(render_inference(bench, plan, fx.CATALOG), f"{bench.metadata.name}-server")
+    pod = _pod(server)
     command = _container(server)["command"]
-    assert command[2] == "s3://acme-models/gemma-3-27b-it"
-    assert command[command.index("--load-format") + 1] == "runai_streamer"
-    assert [v["name"] for v in _pod(server)["volumes"]] == ["dshm"]  # no model volume
-    tgi, tgi_plan = fx.ib_tgi_gaudi3()
-    tgi.spec.model.uri = "gs://acme-models/llama"
-    with pytest.raises(RenderError, match="PVC"):
-        render_inference(tgi, tgi_plan, fx.CATALOG)
+    local = cache_path(CACHE_DIR, uri)
+    assert local == "/var/cache/accelbench/s3/acme-models/gemma-3-27b-it"
+    assert local in command and uri not in command and "runai_streamer" not in command
+    (fetch,) = pod["initContainers"]
+    assert fetch["name"] == FETCH_CONTAINER
+    assert fetch["command"] == [
+        "python",
+        "-m",
+        "accelbench.workers.storage",
+        "fetch",
+        uri,
+        "--cache",
+        CACHE_DIR,
+    ]
+    assert fetch["env"] == [{"name": "AWS_ENDPOINT_URL_S3", "value": "https://s3.example"}]
+    assert pod["serviceAccountName"] == "model-reader"
+    mounts = {m["name"]: m for m in _container(server)["volumeMounts"]}
+    assert mounts["object-cache"] == {"name": "object-cache", "mountPath": CACHE_DIR, "readOnly": True}
+    assert fetch["volumeMounts"] == [{"name": "object-cache", "mountPath": CACHE_DIR}]
+    rules = server["spec"]["podFailurePolicy"]["rules"]
+    assert {
+        "action": "FailJob",
+        "onExitCodes": {"containerName": FETCH_CONTAINER, "operator": "In", "values": [3]},
+    } in rules
+    assert not [r for r in rules if r.get("onExitCodes", {}).get("containerName") == "server"]
+    kubernetes_validate.validate(server, KUBERNETES_VERSION, strict=True)
 
 
 def test_jetstream_is_tpu_only_with_tcp_probes() -> None:
@@ -726,3 +757,37 @@ def test_env_from_a_secret_and_the_pods_service_account() -> None:
             {"type": "h100", "count": 2},
             env=[{"name": "X", "value": "1", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}],
         )
+
+
+def test_bench_output_and_env_reach_the_client_which_runs_as_the_users_account() -> None:
+    """spec.output goes to the client (it uploads the results); spec.env to every pod of the bench,
+    server.env only to the engine; with spec.serviceAccountName the client runs as the user's account
+    (the one Workload Identity / IRSA maps to the bucket) and the Role binds that account."""
+    from accelbench.api.common import EnvVar
+    from accelbench.api.contract import ENV_OUTPUT_URI
+    from accelbench.api.inference import BenchOutput
+
+    bench, plan = fx.ib_vllm_h100_x2()
+    bench.spec.model.uri = "gs://models/gemma"
+    bench.spec.output = BenchOutput(uri="gs://results/gemma-h100")
+    bench.spec.env = [EnvVar(name="STORE", value="everywhere")]
+    bench.spec.server.env = [EnvVar(name="ENGINE_ONLY", value="1")]
+    objects = render_inference(bench, plan, fx.CATALOG)
+    name = bench.metadata.name
+    client, server = _job(objects, f"{name}-client"), _job(objects, f"{name}-server")
+    assert _env(client)[ENV_OUTPUT_URI] == "gs://results/gemma-h100"
+    assert _env(client)["STORE"] == "everywhere" and "ENGINE_ONLY" not in _env(client)
+    assert {"STORE", "ENGINE_ONLY"} <= set(_env(server))
+    fetch_env = {e["name"] for e in _pod(server)["initContainers"][0]["env"]}
+    assert fetch_env == {"STORE", "ENGINE_ONLY"}
+    assert _pod(client)["serviceAccountName"] == f"{name}-client"  # its own, by default
+    assert any(o["kind"] == "ServiceAccount" for o in objects)
+
+    bench.spec.service_account_name = "results-writer"
+    objects = render_inference(bench, plan, fx.CATALOG)
+    assert _pod(_job(objects, f"{name}-client"))["serviceAccountName"] == "results-writer"
+    assert not any(o["kind"] == "ServiceAccount" for o in objects)  # the user's account is not ours
+    binding = next(o for o in objects if o["kind"] == "RoleBinding")
+    assert binding["subjects"][0]["name"] == "results-writer"
+    with pytest.raises(ValueError, match="gs://BUCKET/PATH or s3://BUCKET/PATH"):
+        BenchOutput(uri="pvc://results/x")

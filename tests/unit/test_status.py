@@ -666,3 +666,73 @@ def test_client_of_a_queued_bench_is_resumed_only_after_the_server_is_admitted()
     assert client_to_resume({}, status, admitted) is None  # not queued: the render decides alone
     assert client_to_resume(spec, {**status, "phase": "Failed"}, admitted) is None
     assert client_to_resume(spec, {"phase": "Pending"}, admitted) is None  # children not known yet
+
+
+def _bench_with_failed_server(
+    message: str,
+) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+    """An InferenceBench whose server's fetch init container exited 3 (podFailurePolicy failed its Job)
+    while the client Job still waits for the endpoint."""
+    owner = {"labels": {"accelbench.io/name": "serve"}}
+    client_job = {"metadata": {"name": "serve-client", **owner}, "status": {"active": 1}}
+    server_job = {
+        "metadata": {"name": "serve-server", **owner},
+        "status": {
+            "failed": 1,
+            "conditions": [
+                {"type": "Failed", "status": "True", "reason": "PodFailurePolicy", "message": "exit 3"}
+            ],
+        },
+    }
+    server_pod = {
+        "metadata": {
+            "name": "serve-server-0-abcde",
+            "labels": {"batch.kubernetes.io/job-name": "serve-server", **owner["labels"]},
+            "creationTimestamp": "2026-05-04T11:59:00Z",
+        },
+        "spec": {"nodeName": "gpu-0"},
+        "status": {
+            "phase": "Failed",
+            "startTime": "2026-05-04T11:59:01Z",
+            "initContainerStatuses": [
+                {
+                    "name": "fetch-model",
+                    "state": {"terminated": {"exitCode": 3, "reason": "Error", "message": message}},
+                }
+            ],
+            "containerStatuses": [{"name": "server", "state": {"waiting": {"reason": "PodInitializing"}}}],
+        },
+    }
+    status = {
+        **PRICED,
+        "children": {"job": "serve-client", "client": "serve-client", "server": "serve-server"},
+    }
+    return body_with(status, kind="InferenceBench", name="serve"), [client_job, server_job], [server_pod]
+
+
+def test_a_bench_whose_server_cannot_fetch_its_model_fails_with_the_fetchs_reason() -> None:
+    """Not a readiness timeout half an hour later: the fetch's own reason and object, at once; then
+    the waiting client is stopped (only once that status is stored)."""
+    from accelbench.controller.reconcile import client_to_stop
+
+    body, jobs, pods = _bench_with_failed_server(
+        "ObjectNotFound: s3://models/gemma: no such object or prefix"
+    )
+    assert client_to_stop(body["status"], jobs) is None  # stored status not terminal yet
+    update = observe_resource(body, jobs, pods, NOW)
+    assert update is not None
+    assert (update.patch["phase"], update.reason) == ("Failed", "ObjectNotFound")
+    assert "fetch-model: s3://models/gemma: no such object" in update.message
+    failed = next(c for c in update.patch["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "ObjectNotFound"
+    stored = {**body["status"], **update.patch}
+    assert client_to_stop(stored, jobs) == "serve-client"
+    done = [{**jobs[0], "status": {"conditions": [{"type": "Complete", "status": "True"}]}}, jobs[1]]
+    assert client_to_stop(stored, done) is None  # a finished client is left alone
+
+
+def test_an_engine_failure_without_a_named_reason_is_the_generic_container_failure() -> None:
+    body, jobs, pods = _bench_with_failed_server("Traceback (most recent call last): ...")
+    update = observe_resource(body, jobs, pods, NOW)
+    assert update is not None
+    assert (update.patch["phase"], update.reason) == ("Failed", "ContainerFailed")

@@ -84,6 +84,7 @@ ENV_HEALTH_PATH = "ACCELBENCH_HEALTH_PATH"  # render writes; client polls it (ab
 ENV_READY_TIMEOUT = "ACCELBENCH_READY_TIMEOUT_SECONDS"  # render writes; client's wait for the server
 ENV_RESULTS_CONFIGMAP = "ACCELBENCH_RESULTS_CONFIGMAP"  # render writes; client patches that ConfigMap
 ENV_POD_NAMESPACE = "POD_NAMESPACE"  # render (downward API) and chart write; client and operator read
+ENV_OUTPUT_URI = "ACCELBENCH_OUTPUT_URI"  # render writes spec.output.uri; the bench client uploads there
 ENV_TOKENIZER_DIR = "ACCELBENCH_TOKENIZER_DIR"  # render writes for local model paths; client reads
 
 # Distributed rendezvous: render writes from the plan; the worker (and torchrun, jax) read.

@@ -221,7 +221,7 @@ class CheckpointFormat(StrEnum):
 
 class Output(ApiModel):
     uri: StorageUri = storage_uri_field(
-        "Where the trained weights, report.json and manifest.json go: pvc://, gs:// or a path."
+        "Where the trained weights, report.json and manifest.json go: pvc://, gs://, s3:// or a path."
     )
     format: CheckpointFormat = CheckpointFormat.SAFETENSORS
     merge_lora: bool = Field(default=True, description="Export W + alpha/r·BA so engines load it directly.")

@@ -7,7 +7,16 @@ from enum import StrEnum
 from pydantic import Field, model_validator
 
 from .base import ApiModel, cel
-from .common import Accelerator, EnvVar, ModelSource, Pricing, Resources, RunControl
+from .common import (
+    Accelerator,
+    EnvVar,
+    ModelSource,
+    Pricing,
+    Resources,
+    RunControl,
+    StorageUri,
+    storage_uri_field,
+)
 
 
 class Engine(StrEnum):
@@ -166,6 +175,30 @@ class Slo(ApiModel):
         return self
 
 
+class BenchOutput(ApiModel):
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                cel(
+                    "self.uri.startsWith('gs://') || self.uri.startsWith('s3://')",
+                    "a bench output uri must be gs://BUCKET/PATH or s3://BUCKET/PATH",
+                )
+            ]
+        }
+    }
+
+    uri: StorageUri = storage_uri_field(
+        "Where the load generator writes results.json, the HTML report with its plots, report.json "
+        "and manifest.json when the run ends: gs:// or s3://."
+    )
+
+    @model_validator(mode="after")
+    def _object_store(self) -> BenchOutput:
+        if not self.uri.startswith(("gs://", "s3://")):
+            raise ValueError("a bench output uri must be gs://BUCKET/PATH or s3://BUCKET/PATH")
+        return self
+
+
 class InferenceBenchSpec(RunControl):
     """Serve a model and sweep load against it: latency percentiles, SLO capacity and $ per 1M tokens."""
 
@@ -178,4 +211,10 @@ class InferenceBenchSpec(RunControl):
         default=True, description="Search the largest concurrency that meets the SLO (needs slo)."
     )
     client_image: str | None = None
+    env: list[EnvVar] = Field(
+        default_factory=list,
+        description="For every pod of the bench (engine, model fetch, load generator): e.g. an object "
+        "store's endpoint, credentials through secretKeyRef. server.env adds the engine's own.",
+    )
+    output: BenchOutput | None = None
     pricing: Pricing = Field(default_factory=Pricing)

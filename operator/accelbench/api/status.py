@@ -49,6 +49,36 @@ class Reason(StrEnum):
     RESULT_VALID = "ResultValid"
     RESULT_INVALID = "ResultInvalid"
     RESULT_MISSING = "ResultMissing"
+    # A worker's own failure, as its report's error.type: the run's Failed condition carries it.
+    INVALID_CONFIG = "InvalidConfig"
+    OBJECT_NOT_FOUND = "ObjectNotFound"
+    OBJECT_ACCESS_DENIED = "ObjectAccessDenied"
+    OBJECT_CORRUPT = "ObjectCorrupt"
+    INSUFFICIENT_DISK = "InsufficientDisk"
+    OUTPUT_NOT_WRITTEN = "OutputNotWritten"
+
+
+# Worker failures a retry cannot fix (the worker exits ExitCode.INVALID_CONFIG) and that name their
+# cause: status shows them as the Failed reason instead of the generic WorkerError.
+WORKER_FAILURE_REASONS = frozenset(
+    {
+        Reason.INVALID_CONFIG,
+        Reason.OBJECT_NOT_FOUND,
+        Reason.OBJECT_ACCESS_DENIED,
+        Reason.OBJECT_CORRUPT,
+        Reason.INSUFFICIENT_DISK,
+        Reason.OUTPUT_NOT_WRITTEN,
+    }
+)
+
+
+def named_failure(message: str) -> tuple[str, str] | None:
+    """(reason, rest) of a `Reason: rest` message whose reason is one of WORKER_FAILURE_REASONS (how a
+    worker's error and the fetch container's termination message read); None for anything else."""
+    reason, sep, rest = message.partition(": ")
+    if sep and reason in WORKER_FAILURE_REASONS:
+        return reason, rest.strip()
+    return None
 
 
 class Condition(ApiModel):

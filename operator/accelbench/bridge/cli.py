@@ -5,6 +5,10 @@ The arguments are declared in accelbench.cli, which stays free of JAX imports.
     accelbench convert --from hf --to orbax --model-dir D --out O
     accelbench convert --from orbax --to hf --model-dir O --out D2       (LoRA merged by default)
     accelbench convert --from orbax --to hf --no-merge-lora ...           (a PEFT adapter instead)
+
+--model-dir and --out may be gs:// or s3:// prefixes: the input is copied into the local object cache
+first (workers.storage, the workers' own copy code), the output written to a temporary directory and
+uploaded with its manifest.
 """
 
 from __future__ import annotations
@@ -44,6 +48,24 @@ def convert(
 
 
 def run(args: argparse.Namespace) -> int:
-    path = convert(args.source, args.target, args.model_dir, args.out, merge_lora=args.merge_lora)
-    print(f"wrote {path}")
+    import sys
+    import tempfile
+
+    from ..workers import storage
+
+    def log(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    model_dir = args.model_dir
+    if storage.is_object_store(model_dir):
+        model_dir = storage.fetch(model_dir, storage.default_cache_dir(), log=log).path
+    if not storage.is_object_store(args.out):
+        path = convert(args.source, args.target, model_dir, args.out, merge_lora=args.merge_lora)
+        print(f"wrote {path}")
+        return 0
+    storage.parse_uri(args.out)  # a malformed URI fails before the conversion
+    with tempfile.TemporaryDirectory(prefix="accelbench-convert-") as tmp:
+        convert(args.source, args.target, model_dir, tmp, merge_lora=args.merge_lora)
+        storage.upload_dir(Path(tmp), args.out, log=log)
+    print(f"wrote {args.out}")
     return 0

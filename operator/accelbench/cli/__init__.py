@@ -8,6 +8,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -112,7 +113,7 @@ def cmd_render(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     """Run the fine-tuning worker here for each FinetuneJob of the manifest; no cluster needed."""
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..api import FinetuneJob
     from ..catalog import load_catalog
@@ -140,13 +141,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         with Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("loss {task.fields[loss]}  {task.fields[tps]} tok/s"),
+            TextColumn("{task.fields[detail]}"),
             TimeElapsedColumn(),
             console=console,
             transient=False,
         ) as progress:
-            task = progress.add_task(job.metadata.name, total=None, loss="-", tps="-")
+            task = progress.add_task(job.metadata.name, total=None, detail="")
             sink = _ProgressSink(progress, task)
             options = RunOptions(
                 base_dir=base,
@@ -154,6 +154,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 extra_sink=sink,
                 serve_metrics=args.metrics_port is not None,
                 log=lambda message: progress.console.print(message),
+                download_progress=_DownloadBars(progress),
             )
             if args.metrics_port is not None:
                 options.env = {**options.env, ENV_METRICS_PORT: str(args.metrics_port)}
@@ -173,10 +174,30 @@ class _ProgressSink:
 
     def on_step(self, step, total_steps, loss, tokens_per_second, mfu) -> None:
         tps = f"{tokens_per_second:,.0f}" if tokens_per_second is not None else "-"
-        self.progress.update(self.task, completed=step, total=total_steps, loss=f"{loss:.4f}", tps=tps)
+        detail = f"step {step}/{total_steps}  loss {loss:.4f}  {tps} tok/s"
+        self.progress.update(self.task, completed=step, total=total_steps, detail=detail)
 
     def on_eval(self, step, eval_loss) -> None:
         self.progress.console.print(f"step {step}: eval loss {eval_loss:.4f}")
+
+
+class _DownloadBars:
+    """One bar per object-store URI the worker copies (bytes done of total, and the rate)."""
+
+    def __init__(self, progress) -> None:
+        self.progress = progress
+        self.tasks: dict[str, Any] = {}
+        self.started: dict[str, float] = {}
+
+    def __call__(self, uri: str, done: int, total: int) -> None:
+        import time
+
+        if uri not in self.tasks:
+            self.tasks[uri] = self.progress.add_task(f"copy {uri}", total=max(total, 1), detail="")
+            self.started[uri] = time.monotonic()
+        rate = done / max(time.monotonic() - self.started[uri], 1e-6) / 1e6
+        detail = f"{done / 1e6:,.1f} of {total / 1e6:,.1f} MB  {rate:,.1f} MB/s"
+        self.progress.update(self.tasks[uri], completed=done, detail=detail)
 
 
 def _print_report(console, name: str, report) -> None:

@@ -43,7 +43,7 @@ from .kube import Kube, api_error_message, load_config
 from .manifest import manifest_of, spec_error_message
 from .metrics import METRICS
 from .progress import PROGRESS_ROLE, final_progress, read_progress, same_progress
-from .reconcile import client_to_resume, observe_resource, server_admitted, server_to_stop
+from .reconcile import client_to_resume, client_to_stop, observe_resource, server_admitted, server_to_stop
 from .state import DEFAULT_PRICES_CONFIGMAP, ControllerState, operator_namespace
 from .status import (
     APPLY_REJECTED,
@@ -271,6 +271,12 @@ def observe_children(
         if server is not None:
             state.kube.delete("batch/v1", "Job", namespace, server)
             logger.info("run finished: deleted server Job %s to free its chips", server)
+        # Only once the terminal status is stored (the body's, not this pass's patch): a deleted
+        # client must never be what an unfinished status is observed from.
+        waiting_client = client_to_stop(dict(body.get("status") or {}), jobs)
+        if waiting_client is not None:
+            state.kube.delete("batch/v1", "Job", namespace, waiting_client)
+            logger.info("run ended without its client: deleted client Job %s", waiting_client)
         state.metrics.set_phase(namespace, name, kind, status.get("phase"))
         state.metrics.set_results(namespace, name, kind, status)
     except Exception:

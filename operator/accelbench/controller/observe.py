@@ -10,12 +10,13 @@ Pure: no clock, no I/O. The rules follow how kube 1.3x reports trouble:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..api.contract import COMPLETION_INDEX_KEY, JOB_NAME_LABELS, LABEL_KUEUE_QUEUE
-from ..api.status import Condition, ConditionType, Phase, Reason
+from ..api.status import Condition, ConditionType, Phase, Reason, named_failure
 from .conditions import make_condition
 
 Obj = Mapping[str, Any]
@@ -164,6 +165,11 @@ def pod_container_failure(pod: Obj) -> PodProblem | None:
                 f"exit code {term.get('exitCode')}); raise the memory limit or lower the batch size",
                 term.get("exitCode"),
             )
+    for cs, term in failures:
+        named = named_failure(str(term.get("message") or ""))
+        if named is not None:  # our own container said why (workers.storage's fetch: `Reason: message`)
+            where = f"pod {_pod_name(pod)} container {cs.get('name')}"
+            return PodProblem(named[0], f"{where}: {named[1]}", term.get("exitCode"))
     if failures:
         cs, term = failures[0]
         code = term.get("exitCode")
@@ -399,6 +405,19 @@ def _restarting(pod: Obj) -> bool:
         ((cs.get("state") or {}).get("waiting") or {}).get("reason") == "CrashLoopBackOff"
         for cs in _container_statuses(pod)
     )
+
+
+def observe_server(server: Obj | None, pods: Sequence[Obj]) -> Observation | None:
+    """An InferenceBench whose server Job failed (the model could not be fetched, the engine crashed
+    past its retries) has failed for that reason, whatever its client is still waiting for."""
+    if server is None:
+        return None
+    failed = job_condition(server, "Failed")
+    if failed is None:
+        return None
+    obs = _failed(server, pods, failed)
+    # The server writes no WorkerReport: nothing of it is a result to ingest.
+    return dataclasses.replace(obs, termination_message=None, exit_code=obs.exit_code)
 
 
 def observe(job: Obj | None, pods: Sequence[Obj]) -> Observation:

@@ -16,7 +16,7 @@ from ..cost import parse_time
 from .children import select_pods
 from .conditions import parse_conditions
 from .ingest import Ingested, ingest
-from .observe import Observation, observe
+from .observe import Observation, job_condition, observe, observe_server
 from .status import (
     apply_worker_error,
     derive_status,
@@ -110,7 +110,11 @@ def observe_resource(
     job = next((j for j in jobs if (j.get("metadata") or {}).get("name") == watched), None)
     if job is None and is_terminal(status):
         return None
-    obs = observe(job, select_pods(pods, children))
+    selected = select_pods(pods, children)
+    obs = observe(job, selected)
+    if not obs.terminal and children is not None and children.server:
+        server = next((j for j in jobs if (j.get("metadata") or {}).get("name") == children.server), None)
+        obs = observe_server(server, selected) or obs
 
     ingested = _maybe_ingest(status, obs, kind, generation, now)
     obs = apply_worker_error(obs, recorded_worker_error(parse_conditions(status.get("conditions")), ingested))
@@ -136,6 +140,21 @@ def server_to_stop(status: Mapping[str, Any], jobs: Iterable[Mapping[str, Any]])
         meta = job.get("metadata") or {}
         if meta.get("name") == children.server and not meta.get("deletionTimestamp"):
             return children.server
+    return None
+
+
+def client_to_stop(status: Mapping[str, Any], jobs: Iterable[Mapping[str, Any]]) -> str | None:
+    """The InferenceBench client Job still running after the run ended without it (its server
+    failed): it would only wait out its readiness timeout."""
+    children = _children(status)
+    if children is None or not children.server or not children.job or not is_terminal(status):
+        return None
+    for job in jobs:
+        meta = job.get("metadata") or {}
+        if meta.get("name") != children.job or meta.get("deletionTimestamp"):
+            continue
+        if job_condition(job, "Complete") is None and job_condition(job, "Failed") is None:
+            return children.job
     return None
 
 

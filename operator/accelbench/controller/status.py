@@ -19,6 +19,7 @@ from ..api.status import (
     Cost,
     Phase,
     Reason,
+    named_failure,
 )
 from ..cost import compute_cost, with_serving_cost
 from .conditions import (
@@ -160,13 +161,17 @@ def recorded_worker_error(existing: list[Condition], ingested: Ingested | None) 
 
 
 def apply_worker_error(obs: Observation, error: str | None) -> Observation:
+    """A finished run whose worker reported an error failed for that error: its named reason
+    (ObjectNotFound, OutputNotWritten, ...) when it has one, else WorkerError."""
     if error is None or not obs.terminal or obs.reason in PLATFORM_FAILURES:
         return obs
-    failed = make_condition(ConditionType.FAILED.value, True, Reason.WORKER_ERROR.value, error)
-    running = make_condition(ConditionType.RUNNING.value, False, Reason.WORKER_ERROR.value, error)
+    named = named_failure(error)
+    reason = named[0] if named else Reason.WORKER_ERROR.value
+    failed = make_condition(ConditionType.FAILED.value, True, reason, error)
+    running = make_condition(ConditionType.RUNNING.value, False, reason, error)
     return Observation(
         phase=Phase.FAILED,
-        reason=Reason.WORKER_ERROR.value,
+        reason=reason,
         message=error,
         conditions=(running, failed),
         start_time=obs.start_time,

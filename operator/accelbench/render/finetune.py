@@ -9,7 +9,7 @@ Env of the training container (names in api.contract), user spec.env last, repla
 
     ENV_JOB                the JobPayload: spec and the worker's plan (render/payload.py)
     ENV_PVC_ROOT           where pvc://CLAIM/PATH is mounted: $ENV_PVC_ROOT/CLAIM/PATH
-    ENV_CACHE_DIR          an emptyDir for gs:// inputs and outputs (only when there are any)
+    ENV_CACHE_DIR          an emptyDir for gs:// and s3:// inputs and outputs (only when there are any)
     ENV_METRICS_PORT       the Prometheus port the worker serves (named `metrics`)
     ENV_TERMINATION_LOG    where the compact WorkerReport goes
     ENV_COMPLETION_INDEX   this host's index 0..hosts-1
@@ -28,7 +28,6 @@ from typing import Any
 
 from ..api import FinetuneJob
 from ..api.contract import (
-    ENV_CACHE_DIR,
     ENV_COMPLETION_INDEX,
     ENV_JAX_COORDINATOR,
     ENV_JAX_PROCESS_ID,
@@ -54,7 +53,7 @@ from .errors import RenderError
 from .meta import build_metadata, metrics_annotations, metrics_port_entry
 from .names import labels, selector_labels, train_job_name, train_service_name
 from .payload import job_payload_json
-from .storage import ClaimUse, build_claim_volumes, is_object_store
+from .storage import ClaimUse, build_claim_volumes, cache_env, cache_volume, is_object_store
 from .workload import (
     JobShape,
     build_headless_service,
@@ -69,8 +68,6 @@ from .workload import (
 WORKER_CONTAINER = "worker"
 WORKER_MODULE = "accelbench.workers.finetune"
 PVC_ROOT = "/mnt/pvc"
-CACHE_DIR = "/var/cache/accelbench"  # gs:// inputs are copied here (an emptyDir on the node's disk)
-CACHE_VOLUME = "object-cache"
 JAX_COORDINATOR_PORT = 8476
 TORCH_MASTER_PORT = 29500
 
@@ -108,7 +105,7 @@ def build_worker_env(job: FinetuneJob, plan: Plan) -> list[dict[str, Any]]:
     env = [
         env_value(ENV_JOB, job_payload_json(job, plan)),
         env_value(ENV_PVC_ROOT, PVC_ROOT),
-        *([env_value(ENV_CACHE_DIR, CACHE_DIR)] if uses_object_store(job) else []),
+        *([cache_env()] if uses_object_store(job) else []),
         env_value(ENV_METRICS_PORT, METRICS_PORT),
         env_value(ENV_TERMINATION_LOG, TERMINATION_LOG_PATH),
         env_completion_index(ENV_COMPLETION_INDEX),
@@ -137,8 +134,9 @@ def build_worker_storage(job: FinetuneJob) -> tuple[list[dict[str, Any]], list[d
         uses.append(ClaimUse(job.spec.output.uri, writable=True))
     volumes, mounts = build_claim_volumes(uses, PVC_ROOT)
     if uses_object_store(job):
-        volumes.append({"name": CACHE_VOLUME, "emptyDir": {}})
-        mounts.append({"name": CACHE_VOLUME, "mountPath": CACHE_DIR})
+        volume, mount = cache_volume()
+        volumes.append(volume)
+        mounts.append(mount)
     return volumes, mounts
 
 
@@ -189,7 +187,7 @@ def build_train_job(job: FinetuneJob, plan: Plan, accel: AcceleratorSpec) -> dic
         hosts=plan.hosts,
         backoff_limit=job.spec.max_retries * plan.hosts,
         fail_job_exit_codes=[int(ExitCode.INVALID_CONFIG)],
-        container=WORKER_CONTAINER,
+        containers=(WORKER_CONTAINER,),
         suspend=is_suspended(job.spec),
         queue_name=job.spec.queue_name,
     )

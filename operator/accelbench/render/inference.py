@@ -12,10 +12,12 @@ finished. Multi-host serving is refused for now (vLLM needs a Ray cluster across
 single-node, JetStream multi-host needs Pathways); the planner should pick single-host shapes.
 
 Model location (see storage.py): pvc://CLAIM/PATH is mounted read-only at /models/CLAIM and the
-engine gets /models/CLAIM/PATH. gs:// and s3:// are passed to vLLM as-is with
-`--load-format runai_streamer` (vLLM streams safetensors from the bucket); TGI and JetStream load
-only local paths or Hub ids, so an object-store URI is refused for them. Other values (a path in
-the image, a Hub id) are passed as-is.
+engine gets /models/CLAIM/PATH. gs:// and s3:// are copied by an init container (FETCH_CONTAINER,
+the bench image running workers.storage: the fine-tuning worker's own copy code, verified and
+space-checked) into an emptyDir, and every engine gets the local copy's path; a missing, refused or
+corrupt object fails the server Job at once (exit INVALID_CONFIG) with its reason. The fetch runs as
+the server pod's ServiceAccount (spec.serviceAccountName: Workload Identity, IRSA) with the server's
+env. Other values (a path in the image, a Hub id) are passed as-is.
 
 Client: `python -m accelbench.workers.bench` on a CPU node, no accelerator requests or
 tolerations. It waits for the server itself (polls ENV_ENDPOINT + ENV_HEALTH_PATH, or
@@ -45,6 +47,7 @@ from ..api.contract import (
     ENV_HEALTH_PATH,
     ENV_JOB,
     ENV_METRICS_PORT,
+    ENV_OUTPUT_URI,
     ENV_POD_NAMESPACE,
     ENV_READY_TIMEOUT,
     ENV_RESULTS_CONFIGMAP,
@@ -71,7 +74,18 @@ from .names import (
     server_service_name,
 )
 from .payload import job_payload_json
-from .storage import ClaimUse, build_claim_volumes, is_local_path, is_object_store, local_path, parse_pvc
+from .storage import (
+    FETCH_CONTAINER,
+    ClaimUse,
+    build_claim_volumes,
+    cache_volume,
+    cached_model_path,
+    fetch_command,
+    is_local_path,
+    is_object_store,
+    local_path,
+    parse_pvc,
+)
 from .workload import (
     JobShape,
     build_job,
@@ -92,7 +106,10 @@ EXTERNAL_HEALTH_PATH = "/v1/models"  # any OpenAI-compatible endpoint serves it
 STARTUP_PERIOD_SECONDS = 10
 # The load generator is asyncio over HTTP: two cores keep client overhead out of the latencies
 # up to a few hundred concurrent streams.
-CLIENT_benchS = {"requests": {"cpu": "2", "memory": "2Gi"}, "limits": {"memory": "4Gi"}}
+# A copy is network- and disk-bound: no CPU request of its own, so the pod's effective request (the
+# larger of the init container's and the engine's) stays the engine's; memory for 8 streams' buffers.
+FETCH_RESOURCES = {"requests": {"memory": "512Mi"}, "limits": {"memory": "2Gi"}}
+CLIENT_RESOURCES = {"requests": {"cpu": "2", "memory": "2Gi"}, "limits": {"memory": "4Gi"}}
 TGI_DEFAULT_PREFILL_TOKENS = 4096
 
 
@@ -100,16 +117,34 @@ TGI_DEFAULT_PREFILL_TOKENS = 4096
 
 
 def model_argument(bench: InferenceBench) -> str:
-    """What the engine is told to load: a local path for pvc://, otherwise the URI as given."""
+    """What the engine is told to load: a local path for pvc:// and for an object-store copy,
+    otherwise the URI as given."""
     uri = bench.spec.model.uri
     ref = parse_pvc(uri)
     if ref is not None:
         return local_path(ref, MODEL_ROOT)
-    if is_object_store(uri) and bench.spec.server.engine != Engine.VLLM:
-        raise RenderError(
-            f"engine {bench.spec.server.engine} cannot load {uri}; put the model on a PVC (pvc://CLAIM/PATH)"
-        )
+    if is_object_store(uri):
+        return cached_model_path(uri)
     return uri
+
+
+def fetches_model(bench: InferenceBench) -> bool:
+    """The model is copied from object storage by an init container (not for an external endpoint)."""
+    return is_object_store(bench.spec.model.uri) and bench.spec.server.engine != Engine.EXTERNAL
+
+
+def build_fetch_container(bench: InferenceBench, image: str) -> dict[str, Any]:
+    """An init container copying the model into the cache emptyDir with workers.storage, as the pod's
+    ServiceAccount (Workload Identity / IRSA) and with the server's env (an endpoint, a secretKeyRef)."""
+    container = container_base(FETCH_CONTAINER, image)
+    container["command"] = fetch_command(bench.spec.model.uri)
+    env = merge_env(merge_env([], bench.spec.env), bench.spec.server.env)
+    if env:
+        container["env"] = env
+    container["volumeMounts"] = [cache_volume()[1]]
+    container["securityContext"] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    container["resources"] = {part: dict(values) for part, values in FETCH_RESOURCES.items()}
+    return container
 
 
 def tensor_parallel(bench: InferenceBench, plan: Plan) -> int:
@@ -142,8 +177,6 @@ def build_vllm_command(bench: InferenceBench, plan: Plan) -> list[str]:
         command += ["--kv-cache-dtype", "fp8"]
     if server.quantization:
         command += ["--quantization", server.quantization]
-    if is_object_store(bench.spec.model.uri):
-        command += ["--load-format", "runai_streamer"]
     return command + list(server.extra_args)
 
 
@@ -211,7 +244,7 @@ def build_engine_env(bench: InferenceBench, plan: Plan, accel: AcceleratorSpec) 
         env.append(env_value("OMPI_MCA_btl_vader_single_copy_mechanism", "none"))
         if tensor_parallel(bench, plan) > 1:
             env.append(env_value("PT_HPU_ENABLE_LAZY_COLLECTIVES", "true"))
-    return merge_env(env, bench.spec.server.env)
+    return merge_env(merge_env(env, bench.spec.env), bench.spec.server.env)
 
 
 def engine_image(bench: InferenceBench, accel: AcceleratorSpec) -> str:
@@ -291,16 +324,25 @@ def build_server_container(bench: InferenceBench, plan: Plan, accel: Accelerator
     return container
 
 
-def build_server_pod_template(bench: InferenceBench, plan: Plan, accel: AcceleratorSpec) -> dict[str, Any]:
+def build_server_pod_template(
+    bench: InferenceBench, plan: Plan, accel: AcceleratorSpec, fetch_image: str
+) -> dict[str, Any]:
     name = bench.metadata.name
     container = build_server_container(bench, plan, accel)
     volumes, mounts = build_claim_volumes([ClaimUse(bench.spec.model.uri, writable=False)], MODEL_ROOT)
+    init: list[dict[str, Any]] = []
+    if fetches_model(bench):
+        volume, mount = cache_volume(read_only=True)
+        volumes.append(volume)
+        mounts.append(mount)
+        init.append(build_fetch_container(bench, fetch_image))
     volumes = accelerator.mount_volumes(container, accel, volumes, mounts)
     pod: dict[str, Any] = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
         **({"serviceAccountName": sa} if (sa := bench.spec.service_account_name) else {}),
         "securityContext": accelerator.build_pod_security(accel, run_as_non_root=False),
+        **({"initContainers": init} if init else {}),
         "containers": [container],
     }
     accelerator.place_on_accelerator(pod, plan, accel, bench.spec.accelerator, bench.spec.scheduling)
@@ -309,19 +351,22 @@ def build_server_pod_template(bench: InferenceBench, plan: Plan, accel: Accelera
     return {"metadata": {"labels": labels(bench.kind, name, Role.SERVER, plan.accelerator)}, "spec": pod}
 
 
-def build_server_job(bench: InferenceBench, plan: Plan, accel: AcceleratorSpec) -> dict[str, Any]:
+def build_server_job(
+    bench: InferenceBench, plan: Plan, accel: AcceleratorSpec, fetch_image: str
+) -> dict[str, Any]:
     name = bench.metadata.name
     shape = JobShape(
         hosts=1,
         backoff_limit=bench.spec.max_retries,
-        fail_job_exit_codes=[],  # third-party engines have no exit-code contract with us
-        container=SERVER_CONTAINER,
+        # Third-party engines have no exit-code contract with us; our fetch container does.
+        fail_job_exit_codes=[int(ExitCode.INVALID_CONFIG)],
+        containers=(FETCH_CONTAINER,) if fetches_model(bench) else (),
         suspend=is_suspended(bench.spec),
         queue_name=bench.spec.queue_name,
     )
     server_labels = labels(bench.kind, name, Role.SERVER, plan.accelerator)
     metadata = build_metadata(bench, server_name(name), server_labels)
-    return build_job(metadata, shape, bench.spec, build_server_pod_template(bench, plan, accel))
+    return build_job(metadata, shape, bench.spec, build_server_pod_template(bench, plan, accel, fetch_image))
 
 
 def build_server_service(bench: InferenceBench, plan: Plan) -> dict[str, Any]:
@@ -392,7 +437,9 @@ def build_client_env(bench: InferenceBench, plan: Plan) -> list[dict[str, Any]]:
         # lengths; a plain path is only readable where the client shares the filesystem (the
         # local executor, or a path baked into the client image).
         env.append(env_value(ENV_TOKENIZER_DIR, bench.spec.model.uri))
-    return env
+    if bench.spec.output is not None:
+        env.append(env_value(ENV_OUTPUT_URI, bench.spec.output.uri))
+    return merge_env(env, bench.spec.env)
 
 
 def client_suspended(bench: InferenceBench, server_admitted: bool) -> bool:
@@ -414,11 +461,11 @@ def build_client_job(
     container["command"] = ["python", "-m", CLIENT_MODULE]
     container["env"] = build_client_env(bench, plan)
     container["ports"] = [metrics_port_entry()]
-    container["resources"] = {part: dict(values) for part, values in CLIENT_benchS.items()}
+    container["resources"] = {part: dict(values) for part, values in CLIENT_RESOURCES.items()}
     container["securityContext"] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
     pod = {
         "restartPolicy": "Never",
-        "serviceAccountName": client_service_account_name(name),
+        "serviceAccountName": client_account(bench),
         "securityContext": accelerator.non_root_pod_security(),
         # Any Linux node; no tolerations keeps it off tainted accelerator nodes.
         "nodeSelector": {"kubernetes.io/os": "linux"},
@@ -431,7 +478,7 @@ def build_client_job(
         hosts=1,
         backoff_limit=bench.spec.max_retries,
         fail_job_exit_codes=[int(ExitCode.INVALID_CONFIG)],
-        container=CLIENT_CONTAINER,
+        containers=(CLIENT_CONTAINER,),
         suspend=client_suspended(bench, server_admitted),
         queue_name=None,  # the server carries the queue; the client follows its admission
     )
@@ -454,17 +501,35 @@ def build_results_config_map(bench: InferenceBench, plan: Plan) -> dict[str, Any
     }
 
 
+def client_account(bench: InferenceBench) -> str:
+    """The load generator's ServiceAccount: the user's (spec.serviceAccountName: the one Workload
+    Identity / IRSA maps to the output bucket), else one of its own."""
+    return bench.spec.service_account_name or client_service_account_name(bench.metadata.name)
+
+
 def build_client_rbac(bench: InferenceBench, plan: Plan) -> list[dict[str, Any]]:
-    """A ServiceAccount allowed to write only its own results ConfigMap, nothing else."""
+    """The client's ServiceAccount (unless it is the user's) may write its own results ConfigMap and
+    nothing else: a Role and RoleBinding named after the bench, bound to that account."""
     name = bench.metadata.name
-    sa = client_service_account_name(name)
+    role = client_service_account_name(name)
     meta_labels = labels(bench.kind, name, Role.CLIENT, plan.accelerator)
+    own_account = (
+        []
+        if bench.spec.service_account_name
+        else [
+            {
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": build_metadata(bench, role, meta_labels),
+            }
+        ]
+    )
     return [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": build_metadata(bench, sa, meta_labels)},
+        *own_account,
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "Role",
-            "metadata": build_metadata(bench, sa, meta_labels),
+            "metadata": build_metadata(bench, role, meta_labels),
             "rules": [
                 {
                     "apiGroups": [""],
@@ -477,9 +542,11 @@ def build_client_rbac(bench: InferenceBench, plan: Plan) -> list[dict[str, Any]]
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "RoleBinding",
-            "metadata": build_metadata(bench, sa, meta_labels),
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": sa},
-            "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": namespace_of(bench)}],
+            "metadata": build_metadata(bench, role, meta_labels),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+            "subjects": [
+                {"kind": "ServiceAccount", "name": client_account(bench), "namespace": namespace_of(bench)}
+            ],
         },
     ]
 
@@ -509,7 +576,7 @@ def render_inference(
     objects = [build_results_config_map(bench, plan), *build_client_rbac(bench, plan)]
     if bench.spec.server.engine != Engine.EXTERNAL:
         objects.append(build_server_service(bench, plan))
-        objects.append(build_server_job(bench, plan, accel))
+        objects.append(build_server_job(bench, plan, accel, client_image(bench, accel, catalog)))
     admitted = server_admitted or bench.spec.server.engine == Engine.EXTERNAL
     objects.append(build_client_job(bench, plan, accel, catalog, admitted))
     return objects

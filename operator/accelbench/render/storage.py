@@ -1,9 +1,10 @@
 """Model, dataset and output locations: which become volumes, which pass through.
 
 - `pvc://CLAIM/PATH`: a PersistentVolumeClaim volume. The engine or worker gets a local path.
-- `gs://...`, `s3://...`: passed as-is. vLLM streams them (`--load-format runai_streamer`); the
-  fine-tuning worker copies gs:// inputs into an emptyDir and uploads a gs:// output after the run
-  (workers/storage.py); it refuses s3:// for now (InvalidConfig, exit 3).
+- `gs://...`, `s3://...`: copied into an emptyDir (CACHE_DIR) by workers/storage.py, one behaviour for
+  every pod: the fine-tuning worker copies its inputs itself and uploads its outputs after the run;
+  a serving engine gets an init container (FETCH_CONTAINER) that copies the model before the engine
+  starts, and the engine a local path (api.objects.cache_path), whatever engine it is.
 - anything else (an absolute path, or a Hugging Face Hub id such as `google/gemma-3-1b-it`): passed
   as-is. A path must already exist in the container (baked into the image); the renderer never
   makes a hostPath volume, which would pin pods to one node and is refused by the baseline Pod
@@ -15,10 +16,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..api.contract import ENV_CACHE_DIR
+from ..api.objects import cache_path
+from ..api.objects import is_object_store as is_object_store  # the renderers' one test for it
 from .errors import RenderError
 
 PVC_SCHEME = "pvc://"
-OBJECT_STORE_SCHEMES = ("gs://", "s3://")
+CACHE_DIR = "/var/cache/accelbench"  # object-store copies (an emptyDir on the node's disk)
+CACHE_VOLUME = "object-cache"
+FETCH_CONTAINER = "fetch-model"
+FETCH_MODULE = "accelbench.workers.storage"
 
 
 @dataclass(frozen=True)
@@ -37,8 +44,25 @@ def parse_pvc(uri: str) -> PvcRef | None:
     return PvcRef(claim=claim, path=path.strip("/"))
 
 
-def is_object_store(uri: str) -> bool:
-    return uri.startswith(OBJECT_STORE_SCHEMES)
+def cache_volume(read_only: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The emptyDir object-store copies go to, and its mount at CACHE_DIR."""
+    volume = {"name": CACHE_VOLUME, "emptyDir": {}}
+    mount = {"name": CACHE_VOLUME, "mountPath": CACHE_DIR, **({"readOnly": True} if read_only else {})}
+    return volume, mount
+
+
+def cached_model_path(uri: str) -> str:
+    """Where the fetch init container leaves a copy of `uri`: the path the engine is given."""
+    return cache_path(CACHE_DIR, uri)
+
+
+def fetch_command(uri: str) -> list[str]:
+    """workers.storage's command line: the same copy code the fine-tuning worker runs."""
+    return ["python", "-m", FETCH_MODULE, "fetch", uri, "--cache", CACHE_DIR]
+
+
+def cache_env() -> dict[str, Any]:
+    return {"name": ENV_CACHE_DIR, "value": CACHE_DIR}
 
 
 def local_path(ref: PvcRef, mount_root: str) -> str:

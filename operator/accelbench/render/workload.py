@@ -33,19 +33,20 @@ def merge_env(rendered: list[dict[str, Any]], user: list[EnvVar]) -> list[dict[s
     return kept + [var.to_container_env() for var in user]
 
 
-def build_pod_failure_policy(container: str, fail_job_exit_codes: list[int]) -> dict[str, Any]:
-    """Disruptions (preemption, node drain, spot reclaim) do not count as failures; a worker exit
-    that says retrying cannot help ends the Job at once."""
+def build_pod_failure_policy(containers: tuple[str, ...], fail_job_exit_codes: list[int]) -> dict[str, Any]:
+    """Disruptions (preemption, node drain, spot reclaim) do not count as failures; an exit of one of
+    our containers that says retrying cannot help ends the Job at once."""
     rules: list[dict[str, Any]] = [
         {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
     ]
     if fail_job_exit_codes:
-        rules.append(
+        rules += [
             {
                 "action": "FailJob",
-                "onExitCodes": {"containerName": container, "operator": "In", "values": fail_job_exit_codes},
+                "onExitCodes": {"containerName": name, "operator": "In", "values": fail_job_exit_codes},
             }
-        )
+            for name in containers
+        ]
     return {"rules": rules}
 
 
@@ -54,7 +55,7 @@ class JobShape:
     hosts: int
     backoff_limit: int
     fail_job_exit_codes: list[int]
-    container: str
+    containers: tuple[str, ...]  # whose fail_job_exit_codes end the Job (ours, not third-party engines)
     suspend: bool
     queue_name: str | None  # Kueue LocalQueue label, on this Job only
 
@@ -82,7 +83,7 @@ def build_job(
         "completions": shape.hosts,
         "parallelism": shape.hosts,
         "backoffLimit": shape.backoff_limit,
-        "podFailurePolicy": build_pod_failure_policy(shape.container, shape.fail_job_exit_codes),
+        "podFailurePolicy": build_pod_failure_policy(shape.containers, shape.fail_job_exit_codes),
         "suspend": shape.suspend,
     }
     if control.active_deadline_seconds is not None:

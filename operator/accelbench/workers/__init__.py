@@ -9,6 +9,11 @@ Names shared with the operator (env vars, gauges, exit codes, paths) come from a
 Workers never import `accelbench.controller` or `accelbench.render`.
 """
 
+from ..api.status import Reason
+
 
 class InvalidConfigError(ValueError):
-    """The spec, model or dataset cannot work as given; retrying cannot help (ExitCode.INVALID_CONFIG)."""
+    """The spec, model or dataset cannot work as given; retrying cannot help (ExitCode.INVALID_CONFIG).
+    `reason` is the report's error.type and the run's Failed reason (subclasses name their case)."""
+
+    reason: str = Reason.INVALID_CONFIG.value

@@ -25,12 +25,10 @@ from ..api.report import (
     WorkerError,
     WorkerReport,
 )
-from . import InvalidConfigError
+from ..api.status import WORKER_FAILURE_REASONS
 from .finetune import FinetuneOutcome, StepRecord
 from .flops import mfu
 
-# WorkerError.type of an InvalidConfigError: a launcher reading the report maps it back to the exit code.
-INVALID_CONFIG_TYPE = "InvalidConfig"
 LOSS_HISTORY_LIMIT = 2000  # the full report keeps this many per-step losses (thinned evenly beyond)
 
 
@@ -127,13 +125,20 @@ def build_report(
 
 
 def error_type(exc: BaseException) -> str:
-    return INVALID_CONFIG_TYPE if isinstance(exc, InvalidConfigError) else type(exc).__name__
+    """An InvalidConfigError's (or OutputError's) reason, else the exception's class name."""
+    reason = getattr(exc, "reason", None)
+    return reason if reason in WORKER_FAILURE_REASONS else type(exc).__name__
 
 
 def exit_code(exc: BaseException | None) -> ExitCode:
     if exc is None:
         return ExitCode.OK
-    return ExitCode.INVALID_CONFIG if isinstance(exc, InvalidConfigError) else ExitCode.ERROR
+    return exit_code_of_type(error_type(exc))
+
+
+def exit_code_of_type(error_type: str) -> ExitCode:
+    """A failure a retry cannot fix (a named reason) stops the Job; anything else is retried."""
+    return ExitCode.INVALID_CONFIG if error_type in WORKER_FAILURE_REASONS else ExitCode.ERROR
 
 
 def error_report(

@@ -33,6 +33,7 @@ from ...api.contract import (
     ENV_ENDPOINT,
     ENV_HEALTH_PATH,
     ENV_JOB,
+    ENV_OUTPUT_URI,
     ENV_POD_NAMESPACE,
     ENV_READY_TIMEOUT,
     ENV_RESULTS_CONFIGMAP,
@@ -43,12 +44,14 @@ from ...api.contract import (
 from ...api.errors import describe
 from ...api.inference import InferenceBenchSpec, RequestApi, Slo, Workload
 from ...api.payload import JobPayload
+from .. import storage
 from ..metrics import BenchMetrics, metrics_port, start_metrics_server
 from .client import discover_model, make_session, probe, wait_ready
 from .prompts import ApproxTokenizer, LocalTokenizer, PromptFactory, Tokenizer, probe_server_tokenizer
 from .results import (
     RESULTS_SCHEMA_VERSION,
     bench_results,
+    upload_results,
     worker_report,
     write_configmap,
     write_local,
@@ -349,6 +352,18 @@ def main(argv: Sequence[str] | None = None, env: dict[str, str] | None = None) -
     write_local(full, args.out)
     write_configmap(full, env.get(ENV_RESULTS_CONFIGMAP), env.get(ENV_POD_NAMESPACE))
     report = worker_report(compact, time.perf_counter() - started, versions())
+    output = env.get(ENV_OUTPUT_URI)
+    if output:
+        try:
+            upload_results(full, report, output)
+        except storage.OutputError as exc:
+            # Measured, but not where the spec says: not retried (that would measure again).
+            failed = storage.OutputError(f"the bench finished but {exc}")
+            log.error("%s", failed)
+            write_termination_log(
+                worker_report(None, time.perf_counter() - started, versions(), failed), term_log
+            )
+            return ExitCode.INVALID_CONFIG
     write_termination_log(report, term_log)
     print(json.dumps(full["summary"], indent=1))
     return ExitCode.OK

@@ -1,7 +1,8 @@
 """Results: compact cells for the WorkerReport, the full JSON, and where both are written.
 
 The compact BenchResults goes in the termination message (api/report.py thins the cell list to
-fit 4 KiB); the full per-cell JSON goes to the results ConfigMap and, with --out, a local file.
+fit 4 KiB); the full per-cell JSON goes to the results ConfigMap, with --out to a local file, and
+with spec.output (ENV_OUTPUT_URI) to object storage beside the HTML report.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from ...api.contract import RESULTS_CONFIGMAP_KEY
 from ...api.report import ReportKind, Timings, WorkerError, WorkerReport
 from ...api.status import BenchCell, BenchResults
+from ..report import error_type
 
 log = logging.getLogger("accelbench.bench")
 
@@ -85,7 +87,7 @@ def worker_report(
         versions=versions,
         error=None
         if error is None
-        else WorkerError(type=type(error).__name__, message=str(error)[:2000] or type(error).__name__),
+        else WorkerError(type=error_type(error), message=str(error)[:2000] or type(error).__name__),
     )
 
 
@@ -146,3 +148,19 @@ def write_configmap(full: dict, name: str | None, namespace: str | None) -> bool
         return False
     log.info("patched ConfigMap %s/%s key %s", namespace, name, RESULTS_CONFIGMAP_KEY)
     return True
+
+
+def upload_results(full: dict, report: WorkerReport, uri: str) -> None:
+    """results.json, report.json and the HTML report with its plots (views.render_report, as
+    `accelbench report` draws it) to `uri`, with manifest.json last (workers.storage)."""
+    import tempfile
+
+    from ...views import render_report
+    from .. import storage
+
+    with tempfile.TemporaryDirectory(prefix="accelbench-results-") as tmp:
+        out = Path(tmp)
+        (out / RESULTS_CONFIGMAP_KEY).write_text(json.dumps(full, indent=1))  # the same name everywhere
+        (out / "report.json").write_text(json.dumps(report.to_wire(), indent=1))
+        render_report(full, out)
+        storage.upload_dir(out, uri, log=log.info)

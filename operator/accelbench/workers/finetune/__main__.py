@@ -27,7 +27,6 @@ from typing import Any
 
 from ...api import FinetuneJob, Framework, MethodType, WorkerReport
 from ...api.contract import (
-    ENV_CACHE_DIR,
     ENV_COMPILE,
     ENV_COMPLETION_INDEX,
     ENV_JOB,
@@ -47,18 +46,16 @@ from ..flops import flops_per_token, shape_from_hf_config
 from ..jobenv import DistEnv, JobInput, dist_env, load_job, resolve_uri
 from ..metrics import WorkerMetrics, metrics_port, start_metrics_server
 from ..report import (
-    INVALID_CONFIG_TYPE,
     build_report,
     error_report,
     exit_code,
+    exit_code_of_type,
     termination_log_path,
     write_report,
 )
 from . import FinetuneOutcome, MetricsSink, TrainContext
 from .passk import PassAtKTask, load_task
 
-# Where gs:// inputs are copied when no ENV_CACHE_DIR is set (a local run): a cache that survives runs.
-DEFAULT_CACHE_DIR = str(Path.home() / ".cache" / "accelbench" / "objects")
 REPORT_FILE = "report.json"  # the full WorkerReport beside the outputs in object storage
 
 
@@ -87,6 +84,7 @@ class RunOptions:
     extra_sink: MetricsSink | None = None
     serve_metrics: bool = True
     log: Any = None  # callable(str); default: print to stderr
+    download_progress: Any = None  # callable(uri, bytes done, bytes in total) while copying inputs
 
 
 def read_model_config(model_dir: Path) -> dict[str, Any]:
@@ -122,15 +120,17 @@ class Staged:
     seconds: float = 0.0
     bytes: int = 0
     any: bool = False
-    upload_to: str | None = None  # gs:// URI of spec.output, written after the run
+    upload_to: str | None = None  # object-store URI of spec.output, written after the run
 
 
 def local_input(uri: str, options: RunOptions, staged: Staged) -> Path:
-    """A local path for a model or dataset URI: gs:// is copied into the cache first."""
+    """A local path for a model or dataset URI: gs:// and s3:// are copied into the cache first."""
     if not storage.is_object_store(uri):
         return resolve_uri(uri, options.env, options.base_dir)
-    cache = Path(options.env.get(ENV_CACHE_DIR) or DEFAULT_CACHE_DIR)
-    fetched = storage.fetch(uri, cache, log=options.log or _stderr)
+    hook = options.download_progress
+    progress = (lambda done, total: hook(uri, done, total)) if hook is not None else None
+    cache = storage.default_cache_dir(options.env)
+    fetched = storage.fetch(uri, cache, log=options.log or _stderr, progress=progress)
     staged.seconds += fetched.seconds
     staged.bytes += fetched.bytes_downloaded
     staged.any = True
@@ -142,10 +142,10 @@ def local_output(uri: str, job: FinetuneJob, options: RunOptions, staged: Staged
     the cache that run_job uploads once the run has finished."""
     if not storage.is_object_store(uri):
         return resolve_uri(uri, options.env, options.base_dir)
-    storage.ObjectUri.parse(uri)  # a malformed URI fails now, not after training
+    storage.parse_uri(uri)  # a malformed URI fails now, not after training
     staged.upload_to = uri
     run = job.metadata.uid or job.metadata.name
-    return Path(options.env.get(ENV_CACHE_DIR) or DEFAULT_CACHE_DIR) / "outputs" / run
+    return storage.default_cache_dir(options.env) / "outputs" / run
 
 
 def build_context(
@@ -244,7 +244,12 @@ def run_job(job_input: JobInput, options: RunOptions | None = None) -> tuple[Wor
             load=(staged.seconds, staged.bytes) if staged.any else None,
         )
         if staged.upload_to is not None and dist.rank == 0 and ctx.output_dir is not None:
-            deliver(report, ctx.output_dir, staged.upload_to, options.log or _stderr)
+            try:
+                deliver(report, ctx.output_dir, staged.upload_to, options.log or _stderr)
+            except storage.OutputError as exc:
+                # Trained, but the outputs are not where the spec says. Not retried (that would pay
+                # for the run again); the failure's message keeps what was measured.
+                raise storage.OutputError(f"the run finished ({_summary(report)}) but {exc}") from None
         return report, ExitCode.OK
     except Exception as exc:  # the report carries it; the exit code says whether to retry
         (options.log or _stderr)(f"error: {type(exc).__name__}: {exc}")
@@ -257,9 +262,16 @@ def run_job(job_input: JobInput, options: RunOptions | None = None) -> tuple[Wor
             server.stop()
 
 
+def _summary(report: WorkerReport) -> str:
+    metrics = report.finetune
+    if metrics is None:
+        return "no metrics"
+    return f"{metrics.steps} steps, {metrics.tokens_per_second:.1f} tokens/s"
+
+
 def deliver(report: WorkerReport, output_dir: Path, uri: str, log: Callable[[str], None]) -> None:
     """Upload the run's outputs and its full WorkerReport to `uri` (object storage), so they
-    outlive the resource and the cluster. A failure raises: the run is then not done."""
+    outlive the resource and the cluster. A failure raises OutputError: the run is then not done."""
     output_dir.mkdir(parents=True, exist_ok=True)
     full = json.dumps(report.to_wire(), indent=1, allow_nan=False)
     (output_dir / REPORT_FILE).write_text(full)
@@ -297,11 +309,7 @@ def launch_torchrun(argv: Sequence[str], env: Mapping[str, str]) -> int:
         report = WorkerReport.model_validate_json(text)
         if report.ok:
             return ExitCode.OK if rc == 0 else ExitCode.ERROR
-        return (
-            ExitCode.INVALID_CONFIG
-            if report.error and report.error.type == INVALID_CONFIG_TYPE
-            else ExitCode.ERROR
-        )
+        return exit_code_of_type(report.error.type) if report.error else ExitCode.ERROR
     if rc != 0:
         crash = error_report(RuntimeError(f"torchrun exited with {rc} before a report was written"))
         write_report(crash, env=env)
