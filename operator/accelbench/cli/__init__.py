@@ -230,6 +230,10 @@ def _print_report(console, name: str, report) -> None:
                 f"{t.total_seconds:.1f} / {t.setup_seconds or 0:.1f} / {t.train_seconds or 0:.1f}",
             )
         )
+        if t.load_bytes:
+            rows.append(
+                ("copied from object storage", f"{t.load_bytes / 1e6:,.1f} MB in {t.load_seconds or 0:.1f} s")
+            )
     if report.memory is not None and report.memory.peak_bytes_per_chip:
         rows.append(("peak memory/chip", f"{report.memory.peak_bytes_per_chip / 1e9:.2f} GB"))
     for key, value in rows:

@@ -62,7 +62,8 @@ class GcsStore:
 
     def download(self, obj: StoredObject, sink: BinaryIO, start: int) -> None:
         with _translated():
-            obj.handle.download_to_file(sink, start=start, checksum=None)  # we verify the whole file
+            # We verify the whole file; no Range header for a download from the start.
+            obj.handle.download_to_file(sink, start=start or None, checksum=None)
 
     def read_bytes(self, key: str) -> bytes:
         with _translated():
