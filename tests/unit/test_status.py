@@ -471,19 +471,21 @@ def wiring(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     return {"handlers": handlers, "state": state, "events": events, "memo": kopf.Memo(state=state)}
 
 
-def _ensure(wiring: dict[str, Any], body: dict[str, Any]) -> Any:
+def _ensure(wiring: dict[str, Any], body: dict[str, Any], jobs: list[dict[str, Any]] | None = None) -> Any:
     import logging
 
     import kopf
 
     patch = kopf.Patch()
+    meta = body["metadata"]
     wiring["handlers"].ensure_children(
         body=body,
-        meta=body["metadata"],
+        meta=meta,
         status=body.get("status") or {},
         patch=patch,
         memo=wiring["memo"],
         logger=logging.getLogger("test"),
+        accelbench_jobs={(meta.get("namespace"), meta.get("name")): jobs or []},
     )
     return patch
 
@@ -626,7 +628,8 @@ def test_rejected_edit_of_a_running_run_keeps_it_observed(wiring: dict[str, Any]
     wiring["state"].kube = FakeKube(rejected)
     body = copy.deepcopy(MANIFEST)
     body["status"] = {**PRICED, "phase": "Running"}
-    patch = _ensure(wiring, body)
+    running_job = {"metadata": {"name": PRICED["children"]["job"]}, "status": {"active": 1}}
+    patch = _ensure(wiring, body, [running_job])
     assert "phase" not in patch["status"]
     ready = next(c for c in patch["status"]["conditions"] if c["type"] == "Ready")
     assert (ready["status"], ready["reason"]) == ("False", "ApplyRejected")
@@ -736,3 +739,58 @@ def test_an_engine_failure_without_a_named_reason_is_the_generic_container_failu
     update = observe_resource(body, jobs, pods, NOW)
     assert update is not None
     assert (update.patch["phase"], update.reason) == ("Failed", "ContainerFailed")
+
+
+# --- vanishing children and the operator's own cleanup (issue 14) --------------------------------
+
+
+def test_a_job_that_vanished_mid_run_fails_the_run_instead_of_going_back_to_pending() -> None:
+    """Running, then the Job is gone (deleted by hand, or with the operator down): Failed with
+    JobDeleted and ResultMissing after the grace, never Pending, and never applied again."""
+    from accelbench.controller.reconcile import job_vanished
+
+    status = {**PRICED, "phase": "Running", "startTime": "2026-05-04T10:00:00Z"}
+    assert job_vanished(status, [], NOW)
+    update = observe_resource(body_with(status), [], [], NOW)
+    assert update is not None
+    assert (update.patch["phase"], update.reason) == ("Failed", "JobDeleted")
+    assert "not started again" in update.message
+    assert next(c for c in update.patch["conditions"] if c["type"] == "Failed")["reason"] == "JobDeleted"
+    later = {**status, **update.patch}
+    again = observe_resource(body_with(later), [], [], NOW + timedelta(minutes=1))
+    assert again is None  # terminal: nothing moves any more
+    result = next(c for c in update.patch["conditions"] if c["type"] == "ResultValid")
+    assert (result["status"], result["reason"]) == ("False", "ResultMissing")
+
+
+def test_a_job_not_yet_in_the_index_right_after_the_apply_is_waited_for() -> None:
+    from accelbench.controller.reconcile import job_vanished
+
+    applied = datetime(2026, 5, 4, 9, 59, 59, tzinfo=UTC)  # PRICED's Ready time
+    assert observe_resource(body_with(dict(PRICED)), [], [], applied + timedelta(seconds=5)) is None
+    assert not job_vanished(PRICED, [], applied + timedelta(seconds=5))
+    assert job_vanished(PRICED, [], applied + timedelta(seconds=61))  # never showed up: deleted
+    present = [{"metadata": {"name": "gemma-lora-train"}}]
+    assert not job_vanished(PRICED, present, applied + timedelta(hours=1))
+
+
+def test_jobs_are_cleaned_after_the_ttl_only_once_the_result_is_stored() -> None:
+    from accelbench.controller.reconcile import jobs_to_clean
+
+    ended = datetime(2026, 5, 4, 11, 0, 0, tzinfo=UTC)
+    jobs = [{"metadata": {"name": "gemma-lora-train"}}, {"metadata": {"name": "someone-else"}}]
+    done = {**PRICED, "phase": "Succeeded", "completionTime": "2026-05-04T11:00:00Z"}
+    stored = {
+        **done,
+        "conditions": [
+            *done["conditions"],
+            {"type": "ResultValid", "status": "True", "reason": "ResultValid"},
+        ],
+    }
+    ttl = {"ttlSecondsAfterFinished": 0}
+    assert jobs_to_clean(ttl, done, jobs, ended + timedelta(hours=1)) == []  # result not stored yet
+    assert jobs_to_clean(ttl, stored, jobs, ended) == ["gemma-lora-train"]  # TTL 0: right away, ours only
+    assert jobs_to_clean({"ttlSecondsAfterFinished": 600}, stored, jobs, ended + timedelta(seconds=599)) == []
+    assert jobs_to_clean({}, stored, jobs, ended + timedelta(days=9)) == []  # no TTL: kept
+    running = {**stored, "phase": "Running"}
+    assert jobs_to_clean(ttl, running, jobs, ended + timedelta(days=9)) == []

@@ -260,6 +260,11 @@ class RunControl(ApiModel):
     queue_name: str | None = Field(default=None, description="Kueue LocalQueue; the Job starts suspended.")
     suspend: bool = False
     active_deadline_seconds: int | None = Field(default=None, ge=1)
-    ttl_seconds_after_finished: int | None = Field(default=None, ge=0)
+    ttl_seconds_after_finished: int | None = Field(
+        default=None,
+        ge=0,
+        description="Delete the run's Jobs (and their pods) this long after it ended. The operator does "
+        "it once the result is stored in status; the resource and its status stay.",
+    )
     max_retries: int = Field(default=2, ge=0, le=100, description="Job backoffLimit for real failures.")
     scheduling: Scheduling | None = None

@@ -49,6 +49,7 @@ class Reason(StrEnum):
     RESULT_VALID = "ResultValid"
     RESULT_INVALID = "ResultInvalid"
     RESULT_MISSING = "ResultMissing"
+    JOB_DELETED = "JobDeleted"  # the child Job vanished before its completion was observed
     # A worker's own failure, as its report's error.type: the run's Failed condition carries it.
     INVALID_CONFIG = "InvalidConfig"
     OBJECT_NOT_FOUND = "ObjectNotFound"

@@ -43,7 +43,15 @@ from .kube import Kube, api_error_message, load_config
 from .manifest import manifest_of, spec_error_message
 from .metrics import METRICS
 from .progress import PROGRESS_ROLE, final_progress, read_progress, same_progress
-from .reconcile import client_to_resume, client_to_stop, observe_resource, server_admitted, server_to_stop
+from .reconcile import (
+    client_to_resume,
+    client_to_stop,
+    job_vanished,
+    jobs_to_clean,
+    observe_resource,
+    server_admitted,
+    server_to_stop,
+)
 from .state import DEFAULT_PRICES_CONFIGMAP, ControllerState, operator_namespace
 from .status import (
     APPLY_REJECTED,
@@ -212,6 +220,10 @@ def ensure_children(
             )
             outcome = "skipped"
             return
+        if job_vanished(current, jobs, datetime.now(UTC)):
+            logger.warning("the run's Job is gone; it is not created again (the run would be paid twice)")
+            outcome = "skipped"
+            return
         outcome = _ensure(body, current, generation, patch, state, jobs)
     except kopf.TemporaryError:
         outcome = "retry"
@@ -273,10 +285,14 @@ def observe_children(
             logger.info("run finished: deleted server Job %s to free its chips", server)
         # Only once the terminal status is stored (the body's, not this pass's patch): a deleted
         # client must never be what an unfinished status is observed from.
-        waiting_client = client_to_stop(dict(body.get("status") or {}), jobs)
+        stored = dict(body.get("status") or {})
+        waiting_client = client_to_stop(stored, jobs)
         if waiting_client is not None:
             state.kube.delete("batch/v1", "Job", namespace, waiting_client)
             logger.info("run ended without its client: deleted client Job %s", waiting_client)
+        for expired in jobs_to_clean(dict(body.get("spec") or {}), stored, jobs, datetime.now(UTC)):
+            state.kube.delete("batch/v1", "Job", namespace, expired)
+            logger.info("ttlSecondsAfterFinished passed and the result is stored: deleted Job %s", expired)
         state.metrics.set_phase(namespace, name, kind, status.get("phase"))
         state.metrics.set_results(namespace, name, kind, status)
     except Exception:

@@ -10,7 +10,7 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -73,19 +73,18 @@ class Kube:
         content_type: str | None = None,
         timeout: float = 30.0,
     ) -> dict[str, Any]:
-        headers = {"Accept": "application/json"}
-        if content_type:
-            headers["Content-Type"] = content_type
-        serialized = self.api.param_serialize(
-            method=method,
-            resource_path=path,
-            query_params=list(query),
-            header_params=headers,
-            body=body,
-            auth_settings=["BearerToken"],
+        # The REST layer directly, in the form kubernetes 36 and 37 share: their ApiClients differ
+        # (37's param_serialize), and workers' images pin 36 (botocore caps python-dateutil below 3).
+        headers = {"Accept": "application/json", "Content-Type": content_type or "application/json"}
+        for setting in self.api.configuration.auth_settings().values():
+            if setting.get("in") == "header" and setting.get("value"):
+                headers[setting["key"]] = setting["value"]
+        url = self.api.configuration.host + path + (f"?{urlencode(list(query))}" if query else "")
+        payload = self.api.sanitize_for_serialization(body) if body is not None else None
+        response = self.api.rest_client.request(
+            method, url, headers=headers, body=payload, _request_timeout=timeout
         )
-        response = self.api.call_api(*serialized, _request_timeout=timeout)
-        data = response.read()
+        data = response.data if getattr(response, "data", None) is not None else response.read()
         if not 200 <= response.status < 300:
             raise ApiException(http_resp=response)
         return json.loads(data) if data else {}

@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..api.status import Children, Phase, Reason
+from ..api.status import Children, ConditionType, Phase, Reason
 from ..cost import parse_time
 from .children import select_pods
-from .conditions import parse_conditions
+from .conditions import find_condition, make_condition, parse_conditions
 from .ingest import Ingested, ingest
 from .observe import Observation, job_condition, observe, observe_server
 from .status import (
@@ -30,6 +30,10 @@ from .status import (
 # The kubelet writes the pod's termination message before the Job controller counts the pod, but the
 # two watch streams may deliver out of order: wait this long before calling a missing report missing.
 REPORT_GRACE = timedelta(seconds=20)
+# A Job the operator applied shows up in its index within a moment; one still absent this long after
+# the apply (or gone after it was seen) was deleted, and is never created again: that would pay twice.
+VANISHED_GRACE = timedelta(seconds=60)
+STARTED_PHASES = frozenset({Phase.SCHEDULING.value, Phase.RUNNING.value, Phase.SUSPENDED.value})
 
 WARNING_REASONS = frozenset(
     {
@@ -43,6 +47,7 @@ WARNING_REASONS = frozenset(
         Reason.WORKER_ERROR,
         Reason.RESULT_INVALID,
         Reason.RESULT_MISSING,
+        Reason.JOB_DELETED,
     }
 )
 
@@ -83,7 +88,8 @@ def _maybe_ingest(
     """Read rank 0's report once, on the first terminal observation that has it (or after the grace)."""
     if not obs.terminal or not needs_ingest(status):
         return None
-    if obs.termination_message is None and not _report_overdue(obs, now):
+    gone = obs.reason == Reason.JOB_DELETED.value  # its pods and their reports went with it
+    if obs.termination_message is None and not gone and not _report_overdue(obs, now):
         return None
     return ingest(obs.termination_message, kind, generation)
 
@@ -109,9 +115,14 @@ def observe_resource(
         return None
     job = next((j for j in jobs if (j.get("metadata") or {}).get("name") == watched), None)
     if job is None and is_terminal(status):
-        return None
+        return None  # the operator cleaned up after the results were stored
     selected = select_pods(pods, children)
-    obs = observe(job, selected)
+    if job is None:
+        if not job_vanished(status, jobs, now):
+            return None  # applied a moment ago: the index has not shown it yet
+        obs = vanished_observation(watched, now)
+    else:
+        obs = observe(job, selected)
     if not obs.terminal and children is not None and children.server:
         server = next((j for j in jobs if (j.get("metadata") or {}).get("name") == children.server), None)
         obs = observe_server(server, selected) or obs
@@ -141,6 +152,65 @@ def server_to_stop(status: Mapping[str, Any], jobs: Iterable[Mapping[str, Any]])
         if meta.get("name") == children.server and not meta.get("deletionTimestamp"):
             return children.server
     return None
+
+
+def _applied_at(status: Mapping[str, Any]) -> datetime | None:
+    ready = find_condition(parse_conditions(status.get("conditions")), ConditionType.READY.value)
+    if ready is None or ready.reason != Reason.CHILDREN_CREATED.value:
+        return None
+    return parse_time(ready.last_transition_time)
+
+
+def job_vanished(status: Mapping[str, Any], jobs: Iterable[Mapping[str, Any]], now: datetime) -> bool:
+    """The run's Job was applied and is gone: seen running before, or absent long after the apply.
+    Such a run is failed, never re-created (ensure_children asks this too)."""
+    children = _children(status)
+    if children is None or not children.job or is_terminal(status):
+        return False
+    if any((j.get("metadata") or {}).get("name") == children.job for j in jobs):
+        return False
+    if status.get("phase") in STARTED_PHASES:
+        return True
+    applied = _applied_at(status)
+    return applied is not None and now - applied >= VANISHED_GRACE
+
+
+def vanished_observation(job_name: str, now: datetime) -> Observation:
+    message = (
+        f"the Job {job_name} was deleted before its completion was observed (by hand, by pod "
+        "garbage collection, or with the operator down); the run is not started again, which would "
+        "pay for it twice"
+    )
+    failed = make_condition(ConditionType.FAILED.value, True, Reason.JOB_DELETED.value, message)
+    running = make_condition(ConditionType.RUNNING.value, False, Reason.JOB_DELETED.value, message)
+    return Observation(
+        phase=Phase.FAILED,
+        reason=Reason.JOB_DELETED.value,
+        message=message,
+        conditions=(running, failed),
+        completion_time=now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    )
+
+
+def jobs_to_clean(
+    spec: Mapping[str, Any], status: Mapping[str, Any], jobs: Iterable[Mapping[str, Any]], now: datetime
+) -> list[str]:
+    """The run's Jobs once spec.ttlSecondsAfterFinished has passed since it ended, and only after its
+    result (or its absence) is recorded in the stored status: the operator owns this cleanup, so a
+    Job never disappears before the run's outcome is kept (Jobs carry no TTL of their own)."""
+    ttl = spec.get("ttlSecondsAfterFinished")
+    children = _children(status)
+    if ttl is None or children is None or not is_terminal(status) or needs_ingest(status):
+        return []
+    ended = parse_time(status.get("completionTime"))
+    if ended is None or now - ended < timedelta(seconds=int(ttl)):
+        return []
+    mine = {name for name in (children.job, children.client, children.server) if name}
+    return sorted(
+        str(meta.get("name"))
+        for meta in ((j.get("metadata") or {}) for j in jobs)
+        if meta.get("name") in mine and not meta.get("deletionTimestamp")
+    )
 
 
 def client_to_stop(status: Mapping[str, Any], jobs: Iterable[Mapping[str, Any]]) -> str | None:

@@ -88,8 +88,9 @@ def build_job(
     }
     if control.active_deadline_seconds is not None:
         spec["activeDeadlineSeconds"] = control.active_deadline_seconds
-    if control.ttl_seconds_after_finished is not None:
-        spec["ttlSecondsAfterFinished"] = control.ttl_seconds_after_finished
+    # No ttlSecondsAfterFinished here: the Job controller would delete the Job whether or not the
+    # operator had recorded the run's result. The operator applies spec.ttlSecondsAfterFinished
+    # itself, after the result is stored (controller/reconcile.jobs_to_clean).
     spec["template"] = pod_template
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": spec}
 
