@@ -130,3 +130,36 @@ def test_a_deleted_bench_client_fails_the_bench_and_stops_its_server(env: Env, t
     obj = terminal(env, "client-gone", plural="inferencebenches", timeout=60)
     assert (obj["status"]["phase"], condition(obj, "Failed")["reason"]) == ("Failed", "JobDeleted")
     wait_for(lambda: not jobs_of(env, "client-gone"), timeout=30, what="the server Job stopped")
+
+
+def test_cost_keeps_the_hours_before_a_suspend_and_adds_the_resumed_segment(
+    env: Env, tiny: dict[str, str]
+) -> None:
+    """Suspend (as a Kueue preemption does) and resume: the Job gets a new startTime, and the cost
+    keeps every hour billed before it; it never decreases."""
+    env.apply(run("suspend-resume", tiny, 100_000))
+    wait_for(lambda: phase_of(env, "suspend-resume") == "Running", timeout=120, what="Running")
+    time.sleep(3)
+    patch = ["patch", f"{FT}/suspend-resume", "--type=merge", "-p"]
+    env.kubectl(*patch, '{"spec": {"suspend": true}}')
+    suspended = wait_for(
+        lambda: (o := env.get(FT, "suspend-resume")).get("status", {}).get("phase") == "Suspended" and o,
+        timeout=60,
+        what="Suspended",
+    )
+    before = suspended["status"]["cost"]["hours"]
+    assert before > 0
+    env.kubectl(*patch, '{"spec": {"suspend": false}}')
+    resumed = wait_for(
+        lambda: (
+            (o := env.get(FT, "suspend-resume")).get("status", {}).get("phase") == "Running"
+            and o["status"].get("startTime")
+            and o
+        ),
+        timeout=120,
+        what="Running again",
+    )
+    cost = resumed["status"]["cost"]
+    assert cost["earlierHours"] == pytest.approx(before, abs=1e-6) and cost["hours"] >= before
+    assert len(jobs_of(env, "suspend-resume")) == 1  # the same Job, resumed
+    env.kubectl("delete", f"{FT}/suspend-resume", "--wait=false")

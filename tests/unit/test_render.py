@@ -19,7 +19,7 @@ import render_fixtures as fx
 import yaml
 
 from accelbench.api import Engine, FinetuneJob, InferenceBench
-from accelbench.api.common import EnvVar, Scheduling
+from accelbench.api.common import EnvVar, RunControl, Scheduling
 from accelbench.api.contract import ENV_JOB, LABEL_ROLE, Role
 from accelbench.api.payload import JobPayload
 from accelbench.render import RenderError, render, render_finetune, render_inference
@@ -507,7 +507,9 @@ def test_job_env_parses_back_into_the_api_model(case: str) -> None:
     payload = JobPayload.model_validate_json(_env(role_job)[ENV_JOB])
     parsed = payload.resource()
     assert isinstance(parsed, (FinetuneJob, InferenceBench))
-    assert parsed.spec == resource.spec
+    job_only = set(RunControl.JOB_ONLY_FIELDS)  # at their defaults: the Job reads them, the worker not
+    assert parsed.spec.model_dump(exclude=job_only) == resource.spec.model_dump(exclude=job_only)
+    assert all(getattr(parsed.spec, f) == type(parsed.spec).model_fields[f].default for f in job_only)
     assert parsed.metadata.uid == fx.UID
     assert parsed.metadata.namespace == fx.NAMESPACE
     assert payload.plan == plan.worker_plan()

@@ -4,6 +4,7 @@ observer pass that turns an observation into a status patch."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 
 from accelbench.api.contract import COMPLETION_INDEX_KEY
-from accelbench.api.status import Children
+from accelbench.api.status import Children, Phase
 from accelbench.controller.children import select_pods
 from accelbench.controller.observe import Observation, observe, rank0_pod, termination_message
 from accelbench.controller.reconcile import observe_resource
@@ -794,3 +795,35 @@ def test_jobs_are_cleaned_after_the_ttl_only_once_the_result_is_stored() -> None
     assert jobs_to_clean({}, stored, jobs, ended + timedelta(days=9)) == []  # no TTL: kept
     running = {**stored, "phase": "Running"}
     assert jobs_to_clean(ttl, running, jobs, ended + timedelta(days=9)) == []
+
+
+def test_cost_sums_every_segment_of_a_suspended_and_resumed_run_and_never_decreases() -> None:
+    """A suspend (spec.suspend, a Kueue preemption) clears the Job's startTime and a resume sets a new
+    one: the hours billed before are kept and the new segment adds to them (a running cost is billed
+    to the minute, hence the tolerance)."""
+    case = recorded("finetune_running")
+    first = observe(case["job"], case["pods"])
+    start = job_time(case, "startTime")
+    one_hour = derive_status(PRICED, first, generation=1, now=start + timedelta(hours=1))
+    assert one_hour["cost"]["hours"] == pytest.approx(1.0, abs=0.05)
+
+    at = (start + timedelta(hours=1, minutes=30)).strftime("%Y-%m-%dT%H:%M:%SZ")  # the Job's Suspended time
+    suspended = Observation(phase=Phase.SUSPENDED, reason="Suspended", message="suspended", suspended_at=at)
+    paused = derive_status({**PRICED, **one_hour}, suspended, generation=1, now=start + timedelta(hours=3))
+    assert paused["cost"]["hours"] == pytest.approx(1.5, abs=0.05)  # billed until the suspend, not since
+    assert paused["startTime"] is None
+
+    resumed_at = start + timedelta(hours=5)
+    resumed = dataclasses.replace(first, start_time=resumed_at.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    later = derive_status({**PRICED, **paused}, resumed, generation=1, now=resumed_at + timedelta(hours=2))
+    # 1.5 h before the suspend + 2 h since the resume
+    assert later["cost"]["hours"] == pytest.approx(3.5, abs=0.05)
+    assert later["cost"]["earlierHours"] == pytest.approx(1.5, abs=0.05)
+
+    # The same segment seen with an earlier start (a server pod before the Job) is no new segment.
+    seen_earlier = (resumed_at - timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    earlier_view = dataclasses.replace(resumed, start_time=seen_earlier)
+    again = derive_status(
+        {**PRICED, **later}, earlier_view, generation=1, now=resumed_at + timedelta(hours=2)
+    )
+    assert again["cost"]["earlierHours"] == pytest.approx(1.5, abs=0.05)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from pydantic import AfterValidator, Field, model_validator
 
@@ -248,6 +248,16 @@ class Scheduling(ApiModel):
 
 class RunControl(ApiModel):
     """Batch knobs shared by both kinds; they map onto the child Job."""
+
+    # Fields only the Job itself reads; the worker never does. The payload a pod gets carries their
+    # defaults, so editing one (suspend a running run) changes the Job, not its immutable template.
+    JOB_ONLY_FIELDS: ClassVar[tuple[str, ...]] = (
+        "queue_name",
+        "suspend",
+        "active_deadline_seconds",
+        "ttl_seconds_after_finished",
+        "max_retries",
+    )
 
     service_account_name: str | None = Field(
         default=None,

@@ -127,7 +127,10 @@ class Progress(ApiModel):
 class Cost(ApiModel):
     dollars: float
     chips: int
-    hours: float
+    hours: float = Field(description="Chip-holding hours over every segment of the run.")
+    earlier_hours: float = Field(
+        default=0.0, description="Hours of segments that ended before the current one (suspend, preemption)."
+    )
     dollars_per_chip_hour: float
     price_source: str = Field(description="Where the price came from: catalog entry and date, or custom.")
 

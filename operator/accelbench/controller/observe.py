@@ -39,6 +39,7 @@ class Observation:
     termination_message: str | None = None  # rank 0's, once it terminated
     exit_code: int | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)  # secondary facts, e.g. an earlier preemption
+    suspended_at: str | None = None  # when the Job was suspended (ends a billed segment)
 
     @property
     def terminal(self) -> bool:
@@ -313,10 +314,12 @@ def _suspended(job: Obj) -> Observation:
         reason, message = Reason.QUEUED.value, f"waiting in Kueue queue {queue} for admission"
     else:
         reason, message = Reason.SUSPENDED.value, "the Job is suspended (spec.suspend)"
+    suspended = job_condition(job, "Suspended")
     return Observation(
         phase=Phase.SUSPENDED,
         reason=reason,
         message=message,
+        suspended_at=(suspended or {}).get("lastTransitionTime"),
         conditions=(
             _cond(ConditionType.SCHEDULED, False, reason, message),
             _cond(ConditionType.RUNNING, False, reason, message),

@@ -120,7 +120,7 @@ def observe_resource(
     if job is None:
         if not job_vanished(status, jobs, now):
             return None  # applied a moment ago: the index has not shown it yet
-        obs = vanished_observation(watched, now)
+        obs = vanished_observation(watched, now, status.get("startTime"))
     else:
         obs = observe(job, selected)
     if not obs.terminal and children is not None and children.server:
@@ -175,7 +175,7 @@ def job_vanished(status: Mapping[str, Any], jobs: Iterable[Mapping[str, Any]], n
     return applied is not None and now - applied >= VANISHED_GRACE
 
 
-def vanished_observation(job_name: str, now: datetime) -> Observation:
+def vanished_observation(job_name: str, now: datetime, start_time: str | None) -> Observation:
     message = (
         f"the Job {job_name} was deleted before its completion was observed (by hand, by pod "
         "garbage collection, or with the operator down); the run is not started again, which would "
@@ -188,6 +188,7 @@ def vanished_observation(job_name: str, now: datetime) -> Observation:
         reason=Reason.JOB_DELETED.value,
         message=message,
         conditions=(running, failed),
+        start_time=start_time,  # as last seen: billed until the run was found gone
         completion_time=now.strftime("%Y-%m-%dT%H:%M:%SZ"),
     )
 

@@ -21,7 +21,7 @@ from ..api.status import (
     Reason,
     named_failure,
 )
-from ..cost import compute_cost, with_serving_cost
+from ..cost import compute_cost, earlier_segments_hours, parse_time, with_serving_cost
 from .conditions import (
     conditions_to_wire,
     find_condition,
@@ -140,6 +140,7 @@ def applied_status(
             dollars=float(old.get("dollars", 0.0)),
             chips=price.chips,
             hours=float(old.get("hours", 0.0)),
+            earlier_hours=float(old.get("earlierHours", 0.0)),  # a re-apply keeps every segment
             dollars_per_chip_hour=price.dollars_per_chip_hour,
             price_source=price.price_source,
         ).to_wire()
@@ -221,6 +222,7 @@ def derive_status(
 
     price = price_from_status(current)
     if price is not None:
+        segment_closed = parse_time(obs.suspended_at) or now
         cost = compute_cost(
             chips=price.chips,
             dollars_per_chip_hour=price.dollars_per_chip_hour,
@@ -228,6 +230,7 @@ def derive_status(
             start=obs.start_time,
             end=obs.completion_time if obs.terminal else None,
             now=_billing_clock(now, obs.terminal),
+            earlier_hours=earlier_segments_hours(current, obs.start_time, segment_closed),
         )
         if cost is not None:
             status["cost"] = cost.to_wire()

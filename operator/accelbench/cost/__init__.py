@@ -41,6 +41,22 @@ def elapsed_hours(start: str | None, end: str | None, now: datetime) -> float | 
     return max(0.0, (finish - begin).total_seconds()) / SECONDS_PER_HOUR
 
 
+def earlier_segments_hours(previous: Mapping[str, Any], start: str | None, closed_at: datetime) -> float:
+    """Hours of the run's segments before the current one. A suspend (Kueue preemption, spec.suspend)
+    ends a segment, when the Job says it was suspended (`closed_at`); a resume starts one with a new
+    Job startTime. Every segment is kept, so the cost sums them and never decreases."""
+    cost = previous.get("cost") or {}
+    earlier = float(cost.get("earlierHours") or 0.0)
+    before, current = parse_time(previous.get("startTime")), parse_time(start)
+    # Suspended now (no start), or started again later. An earlier start is the same segment seen
+    # better (a server pod that started before the Job): no new segment.
+    if before is None or (current is not None and current <= before):
+        return earlier
+    end = current if current is not None else closed_at  # a resume we saw without the suspend
+    closed = max(0.0, (min(end, closed_at) - before).total_seconds()) / SECONDS_PER_HOUR
+    return max(earlier + closed, float(cost.get("hours") or 0.0))
+
+
 def compute_cost(
     *,
     chips: int,
@@ -49,14 +65,17 @@ def compute_cost(
     start: str | None,
     end: str | None,
     now: datetime,
+    earlier_hours: float = 0.0,
 ) -> Cost | None:
-    hours = elapsed_hours(start, end, now)
-    if hours is None:
+    segment = elapsed_hours(start, end, now)
+    if segment is None and not earlier_hours:
         return None
+    hours = earlier_hours + (segment or 0.0)
     return Cost(
         dollars=round(chips * hours * dollars_per_chip_hour, 4),
         chips=chips,
         hours=round(hours, 6),
+        earlier_hours=round(earlier_hours, 6),
         dollars_per_chip_hour=dollars_per_chip_hour,
         price_source=price_source,
     )

@@ -7,16 +7,21 @@ start a worker with the same contract and no volumes.
 from __future__ import annotations
 
 from ..api import Resource
+from ..api.common import RunControl
 from ..api.payload import JobPayload, PayloadMetadata
 from ..plan.types import Plan
 
 
 def build_job_payload(resource: Resource, plan: Plan) -> JobPayload:
     meta = resource.metadata
+    spec = resource.spec
+    # The Job-only knobs at their defaults: an edit of one (spec.suspend) must not change the pod
+    # template, which a Job does not let change.
+    defaults = {name: type(spec).model_fields[name].default for name in RunControl.JOB_ONLY_FIELDS}
     return JobPayload(
         kind=resource.kind,
         metadata=PayloadMetadata(name=meta.name, namespace=meta.namespace, uid=meta.uid),
-        spec=resource.spec,
+        spec=spec.model_copy(update=defaults),
         plan=plan.worker_plan(),
     )
 
