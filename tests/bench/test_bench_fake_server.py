@@ -206,10 +206,12 @@ def test_open_loop_schedule_lag_and_offered_load(
     jitter_ms = measure_jitter()
     assert cell["errors"] == 0 and cell["offeredRequestsPerSecond"] == 40.0
     # The median shows the dispatcher sends on time; the tail on 2 shared cores is the neighbours'
-    # (9 ms seen while a JAX suite ran beside it). The p99 < 1 ms bar is a benchmark figure
-    # (benchmarks/client_overhead), so here the tail only has to rule out a broken scheduler.
+    # (9 ms seen while a JAX suite ran beside it; one VM stall of 184 ms in a CI run, which at 40
+    # requests/s makes about 7 of the 120 late: the p99, not the p90). The p99 < 1 ms bar is a
+    # benchmark figure (benchmarks/client_overhead), so here the tail only has to rule out a broken
+    # scheduler, which falls behind on every request after the first late one: the p90 shows that.
     assert cell["scheduleLagMs"]["p50"] < ms_slack(0.5, jitter_ms)
-    assert cell["scheduleLagMs"]["p99"] < 50.0
+    assert cell["scheduleLagMs"]["p90"] < 50.0
     # Achieved ≈ offered for a server that is never saturated (Poisson: wide tolerance on 120).
     assert cell["achievedRequestsPerSecond"] == pytest.approx(40.0, rel=0.35)
     first_late, _, _ = fake_lateness_ms(truth)
