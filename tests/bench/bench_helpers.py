@@ -65,3 +65,33 @@ def scheduling_jitter_ms(probe_s: float = 0.1) -> float:
         longest = max(longest, now - last)
         last = now
     return longest * 1000.0
+
+
+# A process of its own sleeps 2 ms at a time and keeps its longest oversleep: a stall of the whole
+# machine (a VM descheduled by its host, memory compaction) delays its wake-ups too. In another
+# process so the client's own work (its GIL) never counts as a stall of the machine.
+_WATCH = (
+    "import sys, threading, time\n"
+    "longest, stop = 0.0, threading.Event()\n"
+    "threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()\n"
+    "while not stop.is_set():\n"
+    "    t = time.perf_counter(); time.sleep(0.002)\n"
+    "    longest = max(longest, time.perf_counter() - t - 0.002)\n"
+    "print(longest * 1000.0, flush=True)\n"
+)
+
+
+class StallWatch:
+    """The longest machine stall, in ms, from start() to stop() (see _WATCH)."""
+
+    def __init__(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", _WATCH], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+
+    def stop(self) -> float:
+        out, _ = self.process.communicate("", timeout=10)
+        try:
+            return float(out.strip() or 0.0)
+        except ValueError:
+            return 0.0

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pytest
-from bench_helpers import scheduling_jitter_ms, serve
+from bench_helpers import StallWatch, scheduling_jitter_ms, serve
 
 
 @pytest.fixture(scope="module")
@@ -16,13 +16,19 @@ def fake_server() -> Iterator[str]:
 
 
 @pytest.fixture
-def measure_jitter() -> Callable[[], float]:
+def measure_jitter() -> Iterator[Callable[[], float]]:
     """The machine's scheduling jitter in ms (bench_helpers): call it after the workload; it measures
-    again and returns the largest value seen since the test started."""
+    again and returns the largest value seen since the test started, including the longest stall of
+    the whole machine while the workload ran (StallWatch: a VM stall lands on a few requests, after
+    which a probe sees a quiet machine again)."""
     seen = [scheduling_jitter_ms()]
+    watch = [StallWatch()]
 
     def now() -> float:
+        seen.append(watch[0].stop())
+        watch[0] = StallWatch()
         seen.append(scheduling_jitter_ms())
         return max(seen)
 
-    return now
+    yield now
+    watch[0].stop()
