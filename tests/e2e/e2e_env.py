@@ -83,9 +83,13 @@ class Env:
 class OperatorProcess:
     """`python -m accelbench.controller` against the local cluster; restartable."""
 
-    def __init__(self, kubeconfig: Path, logdir: Path) -> None:
+    def __init__(
+        self, kubeconfig: Path, logdir: Path, args: tuple[str, ...] = (), name: str = "operator"
+    ) -> None:
         self.kubeconfig = kubeconfig
         self.logdir = logdir
+        self.args = args
+        self.name = name
         self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0
         self.metrics_port = localcluster.free_port()
@@ -100,9 +104,9 @@ class OperatorProcess:
             ENV_OPERATOR_METRICS_PORT: str(self.metrics_port),
             ENV_POD_NAMESPACE: self.namespace,
         }
-        log = (self.logdir / f"operator-{self.starts}.log").open("wb")
+        log = (self.logdir / f"{self.name}-{self.starts}.log").open("wb")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "accelbench.controller", "--verbose"],
+            [sys.executable, "-m", "accelbench.controller", "--verbose", *self.args],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -124,7 +128,7 @@ class OperatorProcess:
         self.start()
 
     def log(self) -> str:
-        return "".join(p.read_text(errors="replace") for p in sorted(self.logdir.glob("operator-*.log")))
+        return "".join(p.read_text(errors="replace") for p in sorted(self.logdir.glob(f"{self.name}-*.log")))
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,7 @@
 kubeconform downloads its schemas by default; these tests point it at local ones instead:
 - Kubernetes kinds: the JSON schemas shipped by the `kubernetes_validate` package, made standalone
   (its files `$ref` a shared `_definitions.json` by URL; the definitions a kind needs are inlined);
-- our CRDs and kopf's peering CRDs: converted from their openAPIV3Schema.
+- our CRDs: converted from their openAPIV3Schema.
 ServiceMonitor/PodMonitor have no local schema and are skipped by kind.
 """
 
@@ -37,15 +37,16 @@ pytestmark = pytest.mark.skipif(
 VALUE_SETS: dict[str, list[str]] = {
     "defaults": [],
     "namespaces": ["--set", "scope=namespaces", "--set", "namespaces={team-a,team-b}"],
-    "peering": ["--set", "peering.enabled=true"],
-    "namespaces-peering": [
+    "standby": ["--set", "replicas=2"],
+    "namespaces-standby": [
         "--set",
         "scope=namespaces",
         "--set",
         "namespaces={team-a,accelbench-system}",
         "--set",
-        "peering.enabled=true",
+        "replicas=2",
     ],
+    "no-election": ["--set", "leaderElection.enabled=false"],
     "dashboard-prices": [
         "--set",
         "dashboard.enabled=true",
@@ -70,7 +71,8 @@ RENDERED_SETS = {
 
 # ---------------------------------------------------------------- what the operator touches
 # Mirrors controller/kube.py (server-side apply of what render/ emits, price ConfigMap read),
-# controller/handlers.py (kopf handlers, indexes, events) and kopf's own needs. Kept explicit on
+# controller/handlers.py (kopf watches and indexes), controller/reconciler.py (status, events, the
+# ownership read before an apply) and kopf's own needs. Kept explicit on
 # purpose: a change to the operator's API use must show up here and in templates/rbac.yaml together.
 
 # Kind -> (API group, resource) for every kind the renderer may emit.
@@ -82,25 +84,24 @@ CHILD_RESOURCES: dict[str, tuple[str, str]] = {
     "Role": ("rbac.authorization.k8s.io", "roles"),
     "RoleBinding": ("rbac.authorization.k8s.io", "rolebindings"),
 }
-# Server-side apply is a PATCH, also authorized as `create` when the object is new.
-APPLY_VERBS = {"create", "patch"}
+# Server-side apply is a PATCH, also authorized as `create` when the object is new; `get` is the
+# read that refuses to touch an object of the same name this resource does not control.
+APPLY_VERBS = {"get", "create", "patch"}
 OPERATOR_RULES: dict[tuple[str, str], set[str]] = {
-    # kopf: watch the resources, patch their annotations (progress) and status subresource.
-    ("accelbench.io", "finetunejobs"): {"list", "watch", "patch"},
-    ("accelbench.io", "inferencebenches"): {"list", "watch", "patch"},
+    # kopf watches the resources; the operator writes only their status subresource.
+    ("accelbench.io", "finetunejobs"): {"list", "watch"},
+    ("accelbench.io", "inferencebenches"): {"list", "watch"},
     ("accelbench.io", "finetunejobs/status"): {"patch"},
     ("accelbench.io", "inferencebenches/status"): {"patch"},
     # kopf indexes of the children (jobs are also applied, below).
     ("", "pods"): {"list", "watch"},
-    # kopf.event and the operator's transition events.
-    ("", "events"): {"create"},
+    # the operator's transition events; list: a stuck Job's FailedCreate Events.
+    ("", "events"): {"create", "list"},
 }
 # jobs: delete = the InferenceBench server Job, stopped once the client finished.
 INDEXED = {("batch", "jobs"): {"list", "watch", "delete"}}
 # configmaps: get = the price book; get + update = RBAC escalation rule for the client's Role.
 EXTRA = {("", "configmaps"): {"get", "update"}}
-PEERING = {"cluster": ("kopf.dev", "clusterkopfpeerings"), "namespaces": ("kopf.dev", "kopfpeerings")}
-PEERING_VERBS = {"list", "watch", "patch"}
 
 
 @functools.cache
@@ -119,7 +120,7 @@ def rendered_children() -> list[dict[str, Any]]:
     return objects
 
 
-def expected_rules(peering: str | None) -> dict[tuple[str, str], set[str]]:
+def expected_rules() -> dict[tuple[str, str], set[str]]:
     rules = {key: set(verbs) for key, verbs in OPERATOR_RULES.items()}
     for kind in {obj["kind"] for obj in rendered_children()}:
         assert kind in CHILD_RESOURCES, f"the renderer emits {kind}: add it to CHILD_RESOURCES and the chart"
@@ -127,8 +128,6 @@ def expected_rules(peering: str | None) -> dict[tuple[str, str], set[str]]:
     for table in (INDEXED, EXTRA):
         for key, verbs in table.items():
             rules.setdefault(key, set()).update(verbs)
-    if peering:
-        rules[PEERING[peering]] = set(PEERING_VERBS)
     return rules
 
 
@@ -339,7 +338,11 @@ def test_kubernetes_schemas_are_strict(schema_locations: list[str]) -> None:
         (["--set", "prices.h100.onDemand=-1"], "minimum"),
         (["--set", "scope=namespaces"], 'scope is "namespaces" but namespaces is empty'),
         (["--set", "namespaces={a}"], 'namespaces is set but scope is "cluster"'),
-        (["--set", "replicas=2"], "maximum"),  # no active/standby until failover is proven
+        (
+            ["--set", "replicas=2", "--set", "leaderElection.enabled=false"],
+            "replicas > 1 needs leaderElection",
+        ),
+        (["--set", "replicas=9"], "maximum"),
         (["--set", "workerImages.h100.pytorchh=x"], "additional properties 'pytorchh' not allowed"),
     ],
     ids=lambda v: v if isinstance(v, str) else None,
@@ -369,25 +372,7 @@ def test_chart_crds_are_the_generated_ones() -> None:
     assert repo, "crds/ is empty"
     for name, content in repo.items():
         assert chart.get(name) == content, f"charts/accelbench/crds/{name} differs from crds/{name}: copy it"
-    extra = set(chart) - set(repo)
-    assert extra == {"kopf.dev_clusterkopfpeerings.yaml", "kopf.dev_kopfpeerings.yaml"}, extra
-
-
-def test_peering_crds_match_what_kopf_uses() -> None:
-    from kopf._cogs.structs import references
-
-    served = {}
-    for path in (CHART / "crds").glob("kopf.dev_*.yaml"):
-        crd = yaml.safe_load(path.read_text())
-        for version in crd["spec"]["versions"]:
-            served[(crd["spec"]["group"], version["name"], crd["spec"]["names"]["plural"])] = crd["spec"][
-                "scope"
-            ]
-    kopf_uses = {
-        references.CLUSTER_PEERINGS_K: "Cluster",
-        references.NAMESPACED_PEERINGS_K: "Namespaced",
-    }
-    assert served == {(s.group, s.version, s.any_name): scope for s, scope in kopf_uses.items()}
+    assert set(chart) == set(repo), set(chart) ^ set(repo)
 
 
 # ---------------------------------------------------------------- the Deployment
@@ -417,31 +402,36 @@ def test_deployment_runs_locked_down() -> None:
     env = {e["name"]: e for e in container["env"]}
     assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
     assert env["ACCELBENCH_PRICES_CONFIGMAP"]["value"] == "accelbench-prices"
-    assert deployment["spec"]["strategy"] == {"type": "Recreate"}  # never two standalone operators
-    assert not any(a.startswith(("--namespace", "--peering")) for a in container["args"])
-    assert not by_kind(docs, "ClusterKopfPeering")
+    assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}  # Lease identity
+    assert "--leader-election=accelbench" in container["args"]  # on by default: a second operator waits
+    assert "strategy" not in deployment["spec"]  # rolling: the new pod waits for the old one's Lease
+    assert not any(a.startswith("--namespace") for a in container["args"])
 
 
-def test_deployment_args_follow_scope_and_peering() -> None:
+def test_deployment_args_follow_scope_and_leader_election() -> None:
     from accelbench.controller.__main__ import parse_args
 
-    docs = documents(template(*VALUE_SETS["namespaces-peering"]))
+    docs = documents(template(*VALUE_SETS["namespaces-standby"]))
     (deployment,) = by_kind(docs, "Deployment")
-    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["replicas"] == 2
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     args = parse_args(container["args"])  # the operator's own parser accepts them
     assert args.namespace == ["team-a", "accelbench-system"]
-    assert args.peering == "accelbench"
+    assert args.leader_election == "accelbench"
     assert args.liveness == "http://0.0.0.0:8081/healthz"
-    peerings = by_kind(docs, "KopfPeering")
-    assert sorted(p["metadata"]["namespace"] for p in peerings) == ["accelbench-system", "team-a"]
-    assert {p["metadata"]["name"] for p in peerings} == {"accelbench"}
-    assert "strategy" not in deployment["spec"]
+    (lease_role,) = [r for r in by_kind(docs, "Role") if r["metadata"]["name"] == "accelbench-lease"]
+    assert lease_role["metadata"]["namespace"] == RELEASE_NAMESPACE
+    assert {(tuple(r["verbs"]), tuple(r.get("resourceNames", ()))) for r in lease_role["rules"]} == {
+        (("create",), ()),
+        (("get", "update"), ("accelbench",)),
+    }
 
-    docs = documents(template(*VALUE_SETS["peering"]))
-    (peering,) = by_kind(docs, "ClusterKopfPeering")
-    (container,) = by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"]
-    assert parse_args(container["args"]).peering == peering["metadata"]["name"]
+    docs = documents(template(*VALUE_SETS["no-election"]))
+    (deployment,) = by_kind(docs, "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert parse_args(container["args"]).leader_election is None
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}  # never two operators at once
+    assert not [r for r in by_kind(docs, "Role") if r["metadata"]["name"].endswith("-lease")]
 
 
 # ---------------------------------------------------------------- RBAC
@@ -459,16 +449,14 @@ def rules_of(role: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
 def test_cluster_rbac_is_exactly_what_the_operator_uses() -> None:
     docs = documents(template())
     (role,) = by_kind(docs, "ClusterRole")
-    assert rules_of(role) == expected_rules(peering=None)
-    assert not by_kind(docs, "Role")
+    assert rules_of(role) == expected_rules()
+    assert [r["metadata"]["name"] for r in by_kind(docs, "Role")] == ["accelbench-lease"]  # its Lease only
     (binding,) = by_kind(docs, "ClusterRoleBinding")
     (account,) = by_kind(docs, "ServiceAccount")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": RELEASE_NAMESPACE}
     ]
-    (role,) = by_kind(documents(template(*VALUE_SETS["peering"])), "ClusterRole")
-    assert rules_of(role) == expected_rules(peering="cluster")
 
 
 def test_namespaced_rbac_is_exactly_what_the_operator_uses() -> None:
@@ -478,7 +466,7 @@ def test_namespaced_rbac_is_exactly_what_the_operator_uses() -> None:
     bindings = {(b["metadata"]["namespace"], b["metadata"]["name"]): b for b in by_kind(docs, "RoleBinding")}
     assert set(roles) == set(bindings)
     for namespace in ("team-a", "team-b"):
-        assert rules_of(roles[(namespace, "accelbench")]) == expected_rules(peering=None)
+        assert rules_of(roles[(namespace, "accelbench")]) == expected_rules()
         subject = bindings[(namespace, "accelbench")]["subjects"][0]
         assert subject["namespace"] == RELEASE_NAMESPACE
     # The price book beside the operator (outside the served namespaces): read that one object only.
@@ -489,11 +477,15 @@ def test_namespaced_rbac_is_exactly_what_the_operator_uses() -> None:
         "resourceNames": ["accelbench-prices"],
         "verbs": ["get"],
     }
-    docs = documents(template(*VALUE_SETS["namespaces-peering"]))
+    docs = documents(template(*VALUE_SETS["namespaces-standby"]))
     roles = {(r["metadata"]["namespace"], r["metadata"]["name"]): r for r in by_kind(docs, "Role")}
-    assert set(roles) == {("team-a", "accelbench"), (RELEASE_NAMESPACE, "accelbench")}
-    for role in roles.values():
-        assert rules_of(role) == expected_rules(peering="namespaces")
+    assert set(roles) == {
+        ("team-a", "accelbench"),
+        (RELEASE_NAMESPACE, "accelbench"),
+        (RELEASE_NAMESPACE, "accelbench-lease"),
+    }
+    for key in (("team-a", "accelbench"), (RELEASE_NAMESPACE, "accelbench")):
+        assert rules_of(roles[key]) == expected_rules()
 
 
 def test_operator_may_grant_what_the_client_role_grants() -> None:

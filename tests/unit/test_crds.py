@@ -65,3 +65,17 @@ def test_names_printer_columns_and_status_subresource() -> None:
     assert version["subresources"] == {"status": {}}
     columns = {c["name"] for c in version["additionalPrinterColumns"]}
     assert {"Accelerator", "Phase", "Step", "Tokens/s", "Cost $", "Age"} <= columns
+
+
+def test_a_started_runs_spec_is_locked_except_what_acts_on_the_running_job() -> None:
+    from accelbench.cli.crdgen import MUTABLE_AFTER_START
+
+    crd = generate_crds(load_catalog())["accelbench.io_finetunejobs.yaml"]
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    rules = schema["x-kubernetes-validations"]
+    locked = {r["message"].split(" ")[0] for r in rules}
+    spec_fields = set(schema["properties"]["spec"]["properties"])
+    assert locked == {f"spec.{f}" for f in spec_fields - set(MUTABLE_AFTER_START)}
+    assert {"spec.model", "spec.training", "spec.accelerator"} <= locked and "spec.suspend" not in locked
+    for rule in rules:  # transition rules, and only for a run that started
+        assert "oldSelf.status.startTime" in rule["rule"] and "oldSelf.spec" in rule["rule"]

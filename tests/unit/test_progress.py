@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
+import threading
+import time
 from datetime import UTC, datetime
 from typing import Any
 
-from accelbench.controller.progress import metrics_url, parse_progress, read_progress, same_progress, scrape
+from accelbench.controller.progress import (
+    metrics_url,
+    parse_progress,
+    read_progress,
+    same_progress,
+    scrape,
+)
 from accelbench.workers.metrics import MetricsServer, WorkerMetrics
 
 NOW = datetime(2026, 12, 2, 21, 0, tzinfo=UTC)
@@ -71,7 +80,9 @@ def test_scrape_a_real_metrics_server_and_a_dead_port() -> None:
     server = MetricsServer(metrics, port=0, host="127.0.0.1").start()
     try:
         running = pod(0, ip="127.0.0.1", annotations={"prometheus.io/port": str(server.port)})
-        progress = read_progress([running], NOW)
+        url = metrics_url([running])
+        assert url is not None
+        progress = asyncio.run(read_progress(url, NOW))
         assert progress is not None and progress["step"] == 5 and progress["totalSteps"] == 10
         assert progress["loss"] == 3.25
     finally:
@@ -79,8 +90,35 @@ def test_scrape_a_real_metrics_server_and_a_dead_port() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         dead = s.getsockname()[1]
-    assert scrape(f"http://127.0.0.1:{dead}/metrics", timeout=1.0) is None
-    assert read_progress([pod(0, ip="127.0.0.1", annotations={"prometheus.io/port": str(dead)})], NOW) is None
+    assert asyncio.run(scrape(f"http://127.0.0.1:{dead}/metrics", timeout=1.0)) is None
+
+
+def test_a_page_served_one_byte_a_second_is_cut_off_at_the_deadline() -> None:
+    """A per-read timeout would wait forever on such a server; the whole read is bounded."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    stop = threading.Event()
+
+    def trickle() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(1024)
+            for byte in b"HTTP/1.0 200 OK\r\n\r\naccelbench_worker_step 3\n":
+                if stop.is_set():
+                    return
+                conn.sendall(bytes([byte]))
+                time.sleep(0.2)
+
+    thread = threading.Thread(target=trickle, daemon=True)
+    thread.start()
+    started = time.monotonic()
+    page = asyncio.run(scrape(f"http://127.0.0.1:{listener.getsockname()[1]}/metrics", timeout=0.5))
+    elapsed = time.monotonic() - started
+    stop.set()
+    listener.close()
+    assert page is None
+    assert elapsed < 2.0  # bounded by the total timeout, not by the trickle (~9 s)
 
 
 def test_only_the_reporting_role_is_scraped() -> None:

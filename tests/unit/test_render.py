@@ -793,3 +793,18 @@ def test_bench_output_and_env_reach_the_client_which_runs_as_the_users_account()
     assert binding["subjects"][0]["name"] == "results-writer"
     with pytest.raises(ValueError, match="gs://BUCKET/PATH or s3://BUCKET/PATH"):
         BenchOutput(uri="pvc://results/x")
+
+
+def test_the_server_job_always_has_a_deadline_of_its_own() -> None:
+    """It never ends by itself: with the operator gone it must not hold chips forever."""
+    from accelbench.render.inference import server_deadline
+
+    accel = {"type": "h100", "count": 1}
+    bench = fx.inference("deadline", accel, {"engine": "vllm"})
+    assert server_deadline(bench) == 6 * 3600
+    shorter = fx.inference("deadline", accel, {"engine": "vllm"}, activeDeadlineSeconds=600)
+    assert server_deadline(shorter) == 600
+    own = fx.inference(
+        "deadline", accel, {"engine": "vllm", "deadlineSeconds": 3600}, activeDeadlineSeconds=7200
+    )
+    assert server_deadline(own) == 3600

@@ -277,7 +277,7 @@ def test_observer_pass_ingests_once_and_fills_results() -> None:
 
     after = body_with({**PRICED, **patch})
     again = observe_resource(after, [case["job"]], case["pods"], now + timedelta(minutes=5))
-    assert again is not None and again.patch == {} and again.events == []
+    assert again is None  # final: nothing is derived again
 
 
 def test_garbage_report_is_a_condition_and_the_phase_stays() -> None:
@@ -321,7 +321,7 @@ def test_worker_error_turns_success_into_failure_and_stays_so() -> None:
 
     after = body_with({**PRICED, **update.patch})
     again = observe_resource(after, [case["job"]], case["pods"], NOW)
-    assert again is not None and again.patch == {}
+    assert again is None
 
 
 def test_missing_report_waits_for_the_grace_period_then_is_missing() -> None:
@@ -421,222 +421,6 @@ def test_applied_status_keeps_a_running_phase() -> None:
 # --- handler wiring with small fakes (no apiserver, no kopf loop) ---------------------------------
 
 
-class FakeKube:
-    def __init__(self, error: Exception | None = None) -> None:
-        self.applied: list[dict[str, Any]] = []
-        self.error = error
-
-    def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
-        if self.error is not None:
-            raise self.error
-        self.applied.append(obj)
-        return obj
-
-
-MANIFEST: dict[str, Any] = {
-    "apiVersion": "accelbench.io/v1alpha1",
-    "kind": "FinetuneJob",
-    "metadata": {
-        "name": "gemma-lora",
-        "namespace": "team-a",
-        "uid": "u-1",
-        "generation": 1,
-        "annotations": {"accelbench.io/last-handled-configuration": "{}", "team": "a"},
-    },
-    "spec": {
-        "model": {"uri": "pvc://models/gemma", "family": "gemma3", "size": "1b"},
-        "dataset": {"uri": "pvc://data/chat.jsonl"},
-        "accelerator": {"type": "tpu-v5p", "topology": "2x2x2"},
-    },
-}
-
-
-@pytest.fixture
-def wiring(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    import kopf
-
-    from accelbench.controller import handlers
-    from accelbench.controller.metrics import Metrics
-
-    events: list[tuple[str, str, str]] = []
-    monkeypatch.setattr(
-        kopf, "event", lambda _body, *, type, reason, message="": events.append((type, reason, message))
-    )
-    from accelbench.catalog import load_catalog
-
-    state = handlers.ControllerState(
-        kube=FakeKube(), metrics=Metrics(), price_namespace="x", price_config_map="y"
-    )
-    # The real planner and renderer with the built-in catalog; no ConfigMap read in unit tests.
-    state._catalog, state._loaded_at = load_catalog(), float("inf")
-    return {"handlers": handlers, "state": state, "events": events, "memo": kopf.Memo(state=state)}
-
-
-def _ensure(wiring: dict[str, Any], body: dict[str, Any], jobs: list[dict[str, Any]] | None = None) -> Any:
-    import logging
-
-    import kopf
-
-    patch = kopf.Patch()
-    meta = body["metadata"]
-    wiring["handlers"].ensure_children(
-        body=body,
-        meta=meta,
-        status=body.get("status") or {},
-        patch=patch,
-        memo=wiring["memo"],
-        logger=logging.getLogger("test"),
-        accelbench_jobs={(meta.get("namespace"), meta.get("name")): jobs or []},
-    )
-    return patch
-
-
-def test_ensure_applies_owned_children_and_writes_plan_status(wiring: dict[str, Any]) -> None:
-    from accelbench.catalog import load_catalog
-
-    patch = _ensure(wiring, copy.deepcopy(MANIFEST))
-    applied = wiring["state"].kube.applied
-    assert [(o["kind"], o["metadata"]["name"]) for o in applied] == [
-        ("Service", "gemma-lora-train"),
-        ("Job", "gemma-lora-train"),
-    ]
-    for obj in applied:  # owned by the resource, in its namespace, exactly once
-        assert obj["metadata"]["namespace"] == "team-a"
-        assert [r["uid"] for r in obj["metadata"]["ownerReferences"]] == ["u-1"]
-    status = patch["status"]
-    assert status["phase"] == "Pending"
-    assert status["children"] == {"job": "gemma-lora-train", "service": "gemma-lora-train"}
-    assert (status["plan"]["chips"], status["plan"]["hosts"], status["plan"]["framework"]) == (8, 2, "jax")
-    assert status["accelerator"] == "tpu-v5p 2x2x2"
-    assert status["cost"]["dollarsPerChipHour"] == load_catalog().get("tpu-v5p").price.on_demand
-    assert status["conditions"][0]["reason"] == "ChildrenCreated"
-    assert wiring["events"][0][1] == "ChildrenCreated"
-
-
-def test_invalid_spec_sets_a_condition_and_applies_nothing(wiring: dict[str, Any]) -> None:
-    body = copy.deepcopy(MANIFEST)
-    body["spec"]["accelerator"] = {"type": "tpu-v5p", "count": 4}
-    patch = _ensure(wiring, body)
-    assert wiring["state"].kube.applied == []
-    assert patch["status"]["phase"] == "Failed"
-    assert patch["status"]["conditions"][0]["reason"] == "InvalidSpec"
-    assert "topology" in patch["status"]["message"]
-    assert wiring["events"][0][:2] == ("Warning", "InvalidSpec")
-
-
-def test_an_invalid_name_reads_as_a_sentence(wiring: dict[str, Any]) -> None:
-    body = copy.deepcopy(MANIFEST)
-    body["metadata"]["name"] = "n" * 60
-    patch = _ensure(wiring, body)
-    assert patch["status"]["message"] == "metadata.name: String should have at most 52 characters"
-    assert wiring["state"].kube.applied == []
-
-
-def test_plan_error_is_an_invalid_spec(wiring: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    from accelbench.plan.types import PlanError
-
-    def refuse(resource: Any, catalog: Any, server_admitted: bool = False) -> Any:
-        raise PlanError("needs >= 4 x H100 80 GB")
-
-    monkeypatch.setattr(wiring["handlers"], "build_children", refuse)
-    patch = _ensure(wiring, copy.deepcopy(MANIFEST))
-    assert patch["status"]["message"] == "needs >= 4 x H100 80 GB"
-
-
-def test_apiserver_rejection_is_an_invalid_spec_and_outage_is_retried(wiring: dict[str, Any]) -> None:
-    import kopf
-    from kubernetes.client.exceptions import ApiException
-
-    rejected = ApiException(status=422, reason="Unprocessable Entity")
-    rejected.body = json.dumps({"message": "Job.batch is invalid: spec.template: field is immutable"})
-    wiring["state"].kube = FakeKube(rejected)
-    patch = _ensure(wiring, copy.deepcopy(MANIFEST))
-    assert "field is immutable" in patch["status"]["message"]
-    assert patch["status"]["conditions"][0]["reason"] == "InvalidSpec"
-
-    wiring["state"].kube = FakeKube(ApiException(status=503, reason="Service Unavailable"))
-    with pytest.raises(kopf.TemporaryError):
-        _ensure(wiring, copy.deepcopy(MANIFEST))
-
-
-def test_a_bug_in_rendering_is_contained(wiring: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(resource: Any, catalog: Any, server_admitted: bool = False) -> Any:
-        raise RuntimeError("renderer bug")
-
-    monkeypatch.setattr(wiring["handlers"], "build_children", broken)
-    patch = _ensure(wiring, copy.deepcopy(MANIFEST))
-    assert patch["status"]["conditions"][0]["reason"] == "ReconcileError"
-
-
-def test_a_finished_run_is_never_re_applied(wiring: dict[str, Any]) -> None:
-    body = copy.deepcopy(MANIFEST)
-    body["status"] = {**PRICED, "phase": "Succeeded"}
-    patch = _ensure(wiring, body)
-    assert wiring["state"].kube.applied == [] and not patch
-
-
-def test_manifest_of_strips_kopf_bookkeeping(wiring: dict[str, Any]) -> None:
-    manifest = wiring["handlers"].manifest_of(MANIFEST)
-    assert manifest["metadata"]["annotations"] == {"team": "a"}
-    assert "status" not in manifest
-
-
-def test_observe_children_patches_status_and_exports_metrics(wiring: dict[str, Any]) -> None:
-    import logging
-
-    import kopf
-
-    case = recorded("finetune_complete")
-    body = body_with(dict(PRICED))
-    key = ("team-a", "gemma-lora")
-    patch = kopf.Patch()
-    wiring["handlers"].observe_children(
-        body=body,
-        namespace="team-a",
-        name="gemma-lora",
-        patch=patch,
-        memo=wiring["memo"],
-        logger=logging.getLogger("test"),
-        accelbench_jobs={key: [case["job"]]},
-        accelbench_pods={key: case["pods"]},
-    )
-    assert patch["status"]["phase"] == "Succeeded"
-    registry = wiring["state"].metrics.registry
-    labels = {
-        "namespace": "team-a",
-        "name": "gemma-lora",
-        "kind": "FinetuneJob",
-        "accelerator": "tpu-v5p 2x2x2",
-    }
-    assert registry.get_sample_value("accelbench_tokens_per_second", labels) == 5120.0
-    assert registry.get_sample_value("accelbench_mfu", labels) == 0.412
-    assert (
-        registry.get_sample_value("accelbench_resources", {"kind": "FinetuneJob", "phase": "Succeeded"}) == 1
-    )
-
-    wiring["handlers"].forget_resource(body=body, namespace="team-a", name="gemma-lora", memo=wiring["memo"])
-    assert registry.get_sample_value("accelbench_tokens_per_second", labels) is None
-    assert (
-        registry.get_sample_value("accelbench_resources", {"kind": "FinetuneJob", "phase": "Succeeded"}) == 0
-    )
-
-
-def test_rejected_edit_of_a_running_run_keeps_it_observed(wiring: dict[str, Any]) -> None:
-    from kubernetes.client.exceptions import ApiException
-
-    rejected = ApiException(status=422, reason="Unprocessable Entity")
-    rejected.body = json.dumps({"message": "spec.template: field is immutable"})
-    wiring["state"].kube = FakeKube(rejected)
-    body = copy.deepcopy(MANIFEST)
-    body["status"] = {**PRICED, "phase": "Running"}
-    running_job = {"metadata": {"name": PRICED["children"]["job"]}, "status": {"active": 1}}
-    patch = _ensure(wiring, body, [running_job])
-    assert "phase" not in patch["status"]
-    ready = next(c for c in patch["status"]["conditions"] if c["type"] == "Ready")
-    assert (ready["status"], ready["reason"]) == ("False", "ApplyRejected")
-    assert not spec_invalid({**body["status"], **patch["status"]}, 1)
-
-
 def test_kueue_owns_suspend_once_the_job_exists() -> None:
     from accelbench.controller.children import leave_suspend_to_kueue
 
@@ -733,6 +517,17 @@ def test_a_bench_whose_server_cannot_fetch_its_model_fails_with_the_fetchs_reaso
     assert client_to_stop(stored, jobs) == "serve-client"
     done = [{**jobs[0], "status": {"conditions": [{"type": "Complete", "status": "True"}]}}, jobs[1]]
     assert client_to_stop(stored, done) is None  # a finished client is left alone
+
+
+def test_a_stored_outcome_never_moves_back_when_its_jobs_go() -> None:
+    """Seen in e2e: the operator deleted the failed server, a pass then saw the client still running
+    and no server, and the phase went Failed -> Running -> (client gone) JobDeleted."""
+    body, jobs, pods = _bench_with_failed_server("ObjectNotFound: s3://models/gemma: no such object")
+    update = observe_resource(body, jobs, pods, NOW)
+    assert update is not None and update.patch["phase"] == "Failed"
+    stored = body_with({**body["status"], **update.patch}, kind="InferenceBench", name="serve")
+    for remaining in ([jobs[0]], []):  # the server gone, then the client too
+        assert observe_resource(stored, remaining, [], NOW + timedelta(seconds=5)) is None
 
 
 def test_an_engine_failure_without_a_named_reason_is_the_generic_container_failure() -> None:

@@ -48,17 +48,8 @@ app.kubernetes.io/part-of: accelbench
 {{- printf "%s-prices" (include "accelbench.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
-{{/* "true" when peering is on: explicitly, or by default with more than one replica. */}}
-{{- define "accelbench.peering" -}}
-{{- if kindIs "bool" .Values.peering.enabled -}}
-{{- .Values.peering.enabled -}}
-{{- else -}}
-{{- gt (int .Values.replicas) 1 -}}
-{{- end -}}
-{{- end -}}
-
-{{- define "accelbench.peeringName" -}}
-{{- default (include "accelbench.fullname" .) .Values.peering.name -}}
+{{- define "accelbench.leaseName" -}}
+{{- default (include "accelbench.fullname" .) .Values.leaderElection.leaseName -}}
 {{- end -}}
 
 {{/* The namespaces the operator serves; empty in cluster scope. */}}
@@ -79,8 +70,8 @@ they run on every render.
 {{- if and (eq .Values.scope "cluster") (not (empty .Values.namespaces)) -}}
 {{- fail "namespaces is set but scope is \"cluster\": set scope: namespaces to watch only those namespaces" -}}
 {{- end -}}
-{{- if and (gt (int .Values.replicas) 1) (ne (include "accelbench.peering" .) "true") -}}
-{{- fail "replicas > 1 needs peering.enabled: several unpeered kopf operators would handle every resource at once" -}}
+{{- if and (gt (int .Values.replicas) 1) (not .Values.leaderElection.enabled) -}}
+{{- fail "replicas > 1 needs leaderElection.enabled: without a Lease every replica would act on every resource at once" -}}
 {{- end -}}
 {{- end -}}
 

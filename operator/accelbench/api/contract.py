@@ -120,7 +120,8 @@ ENV_CHECKER_WORKDIR = "ACCELBENCH_WORKDIR"
 ENV_OPERATOR_METRICS_PORT = "ACCELBENCH_OPERATOR_METRICS_PORT"
 ENV_OPERATOR_NAMESPACES = "ACCELBENCH_NAMESPACES"  # comma-separated watch scope; empty = cluster
 ENV_OPERATOR_LIVENESS = "ACCELBENCH_LIVENESS_ENDPOINT"
-ENV_OPERATOR_PEERING = "ACCELBENCH_PEERING"
+ENV_OPERATOR_LEADER_ELECTION = "ACCELBENCH_LEADER_ELECTION"  # chart writes: the Lease name; empty = off
+ENV_POD_NAME = "POD_NAME"  # chart writes (downward API): this replica's identity in the Lease
 ENV_OPERATOR_OBSERVE_INTERVAL = "ACCELBENCH_OBSERVE_INTERVAL"
 ENV_OPERATOR_WORKERS = "ACCELBENCH_WORKERS"  # kopf's thread pool for sync handlers
 ENV_OPERATOR_EVENT_LEVEL = "ACCELBENCH_EVENT_LEVEL"
@@ -136,6 +137,10 @@ class ExitCode(IntEnum):
     OK = 0  # the WorkerReport is in the termination log
     ERROR = 1  # unexpected (crash, lost peer, I/O): the Job retries, counted against backoffLimit
     INVALID_CONFIG = 3  # retrying the same input cannot succeed: the Job fails at once
+
+
+# The operator replica that lost its Lease exits with this; its Deployment restarts it as a standby.
+EXIT_LOST_LEASE = 75
 
 
 # The worker's full report is the last stdout line with this prefix (a log reader finds it there).

@@ -55,6 +55,13 @@ class Server(ApiModel):
     extra_args: list[str] = Field(default_factory=list)
     port: int = Field(default=8000, ge=1, le=65535)
     readiness_timeout_seconds: int = Field(default=1800, ge=10)
+    deadline_seconds: int = Field(
+        default=6 * 3600,
+        ge=60,
+        description="The server Job's own activeDeadlineSeconds: the longest it may hold its chips, "
+        "even with the operator gone (the operator stops it as soon as the client is done). A shorter "
+        "spec.activeDeadlineSeconds wins.",
+    )
     env: list[EnvVar] = Field(default_factory=list)
     resources: Resources | None = None
 

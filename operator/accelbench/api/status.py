@@ -50,6 +50,8 @@ class Reason(StrEnum):
     RESULT_INVALID = "ResultInvalid"
     RESULT_MISSING = "ResultMissing"
     JOB_DELETED = "JobDeleted"  # the child Job vanished before its completion was observed
+    POD_CREATE_FAILED = "FailedCreate"  # the apiserver refused the Job's pods (quota, Pod Security, ...)
+    NAME_CONFLICT = "NameConflict"  # a child's name is taken by an object this resource does not own
     # A worker's own failure, as its report's error.type: the run's Failed condition carries it.
     INVALID_CONFIG = "InvalidConfig"
     OBJECT_NOT_FOUND = "ObjectNotFound"

@@ -138,6 +138,35 @@ _BENCH_COLUMNS = [
 ]
 
 
+# Spec fields a user may change after a run started: they act on the running Job (hold or resume
+# it, stop it later or sooner, clean it up later); every other field is what the run measured.
+MUTABLE_AFTER_START = ("suspend", "activeDeadlineSeconds", "ttlSecondsAfterFinished")
+
+
+def immutability_rules(spec_schema: dict[str, Any]) -> list[dict[str, str]]:
+    """CEL transition rules on the root: once status.startTime is set (the run started and is being
+    paid for), each spec field outside MUTABLE_AFTER_START keeps its value. One rule per field, so
+    the refusal names it; a spec refused before it started may still be fixed."""
+    started = "has(oldSelf.status) && has(oldSelf.status.startTime)"
+    rules = []
+    for field in sorted(spec_schema.get("properties", {})):
+        if field in MUTABLE_AFTER_START:
+            continue
+        same = (
+            f"has(self.spec.{field}) == has(oldSelf.spec.{field}) && "
+            f"(!has(self.spec.{field}) || self.spec.{field} == oldSelf.spec.{field})"
+        )
+        rules.append(
+            {
+                "rule": f"!({started}) || ({same})",
+                "message": f"spec.{field} cannot change once the run has started (status.startTime is set); "
+                f"only {', '.join('spec.' + m for m in MUTABLE_AFTER_START)} can. Create a new resource "
+                "to run it differently",
+            }
+        )
+    return rules
+
+
 def _crd(
     kind: str,
     plural: str,
@@ -176,6 +205,7 @@ def _crd(
                             "type": "object",
                             "description": (spec_model.__doc__ or kind).strip().splitlines()[0],
                             "required": ["spec"],
+                            "x-kubernetes-validations": immutability_rules(spec_schema),
                             "properties": {
                                 "apiVersion": {"type": "string"},
                                 "kind": {"type": "string"},

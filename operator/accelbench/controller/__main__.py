@@ -10,15 +10,20 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
+import threading
 from collections.abc import Sequence
+from typing import Any
 
 import kopf
 
 from ..api.contract import (
+    ENV_OPERATOR_LEADER_ELECTION,
     ENV_OPERATOR_LIVENESS,
     ENV_OPERATOR_METRICS_PORT,
     ENV_OPERATOR_NAMESPACES,
-    ENV_OPERATOR_PEERING,
+    ENV_POD_NAME,
+    EXIT_LOST_LEASE,
 )
 
 
@@ -41,20 +46,46 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="kopf liveness endpoint, e.g. http://0.0.0.0:8081/healthz",
     )
     parser.add_argument(
-        "--peering",
-        default=os.environ.get(ENV_OPERATOR_PEERING) or None,
-        help="peering name to run several replicas (needs the KopfPeering CRDs); standalone when unset",
+        "--leader-election",
+        default=os.environ.get(ENV_OPERATOR_LEADER_ELECTION) or None,
+        metavar="LEASE",
+        help="run as one of several replicas: act only while holding this Lease (in the operator's "
+        "namespace); the others wait and take over within 17 s of the holder's death",
     )
     parser.add_argument("--verbose", "-v", action="store_true")
     return parser.parse_args(argv)
+
+
+def _standby_health(liveness: str | None) -> Any:
+    """While a standby waits for the Lease, answer the liveness probe kopf will answer once active
+    (the probe would otherwise restart a healthy standby); stopped before kopf binds the port."""
+    if not liveness:
+        return None
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from urllib.parse import urlsplit
+
+    class Ok(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"standby\n")
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    url = urlsplit(liveness)
+    server = ThreadingHTTPServer((url.hostname or "0.0.0.0", url.port or 80), Ok)
+    threading.Thread(target=server.serve_forever, name="standby-health", daemon=True).start()
+    return server
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     kopf.configure(verbose=args.verbose)
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
-    if args.peering:
-        os.environ[ENV_OPERATOR_PEERING] = args.peering  # `configure` reads it at startup
+    if not args.verbose:
+        # kopf logs every event handler and indexer call at INFO: a line per watch event at scale.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
 
     from .handlers import register
     from .metrics import METRICS
@@ -64,11 +95,30 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.metrics_port:
         METRICS.serve(args.metrics_port)
     namespaces = args.namespace or _env_list(ENV_OPERATOR_NAMESPACES)
-    kopf.run(
-        clusterwide=not namespaces,
-        namespaces=namespaces,
-        liveness_endpoint=args.liveness,
-    )
+    elector = None
+    if args.leader_election:
+        from .kube import Kube, load_config
+        from .leader import LeaderElector
+        from .state import operator_namespace
+
+        load_config()
+        identity = os.environ.get(ENV_POD_NAME) or f"{socket.gethostname()}-{os.getpid()}"
+        elector = LeaderElector(Kube(), operator_namespace(), args.leader_election, identity)
+        health = _standby_health(args.liveness)
+        elector.acquire()
+        if health is not None:
+            health.shutdown()
+            health.server_close()
+        elector.keep(on_lost=lambda: os._exit(EXIT_LOST_LEASE))
+    try:
+        kopf.run(
+            clusterwide=not namespaces,
+            namespaces=namespaces,
+            liveness_endpoint=args.liveness,
+        )
+    finally:
+        if elector is not None:
+            elector.release()
 
 
 if __name__ == "__main__":

@@ -32,7 +32,10 @@ PLURALS: dict[str, str] = {
     "RoleBinding": "rolebindings",
     "FinetuneJob": "finetunejobs",
     "InferenceBench": "inferencebenches",
+    "Event": "events",
+    "Lease": "leases",
 }
+MERGE_PATCH = "application/merge-patch+json"
 
 
 def resource_path(api_version: str, kind: str, namespace: str | None, name: str | None = None) -> str:
@@ -95,6 +98,61 @@ class Kube:
         path = resource_path(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"])
         query = [("fieldManager", FIELD_MANAGER), ("force", "true")]
         return self._call("PATCH", path, query=query, body=dict(obj), content_type=APPLY_CONTENT_TYPE)
+
+    def patch_status(
+        self, obj: Mapping[str, Any], status: Mapping[str, Any], resource_version: str | None
+    ) -> dict[str, Any]:
+        """Merge-patch the status subresource. With `resource_version` the write is conditional:
+        a 409 means the status was computed from an older object and must be computed again."""
+        meta = obj["metadata"]
+        path = resource_path(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"]) + "/status"
+        body: dict[str, Any] = {"status": dict(status)}
+        if resource_version:
+            body["metadata"] = {"resourceVersion": resource_version}
+        return self._call("PATCH", path, body=body, content_type=MERGE_PATCH)
+
+    def post_event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str, now: str) -> None:
+        """A core/v1 Event about `obj`, which `kubectl describe` shows."""
+        meta = obj["metadata"]
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta.get("namespace")},
+            "involvedObject": {
+                "apiVersion": obj["apiVersion"],
+                "kind": obj["kind"],
+                "name": meta["name"],
+                "namespace": meta.get("namespace"),
+                "uid": meta.get("uid"),
+            },
+            "type": type_,
+            "reason": reason,
+            "message": message[:1024],
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+            "source": {"component": FIELD_MANAGER},
+            "reportingComponent": FIELD_MANAGER,
+        }
+        self._call("POST", resource_path("v1", "Event", meta.get("namespace")), body=event)
+
+    def events_about(self, namespace: str, uid: str) -> list[dict[str, Any]]:
+        """Events whose involvedObject is the object with this uid (one field-selected read)."""
+        query = [("fieldSelector", f"involvedObject.uid={uid}"), ("limit", "100")]
+        page = self._call("GET", resource_path("v1", "Event", namespace), query=query)
+        return list(page.get("items") or [])
+
+    def create(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        meta = obj["metadata"]
+        return self._call(
+            "POST", resource_path(obj["apiVersion"], obj["kind"], meta.get("namespace")), body=dict(obj)
+        )
+
+    def replace(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """PUT; with metadata.resourceVersion set, a write from an older read is refused (409)."""
+        meta = obj["metadata"]
+        path = resource_path(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"])
+        return self._call("PUT", path, body=dict(obj))
 
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         try:

@@ -327,7 +327,20 @@ def _suspended(job: Obj) -> Observation:
     )
 
 
-def _active(job: Obj, pods: Sequence[Obj]) -> Observation:
+def pods_refused(events: Sequence[Obj]) -> str | None:
+    """The Job controller's latest FailedCreate message (a Pod refused at admission: a quota, Pod
+    Security, an unknown priorityClassName), from the Events about the Job; None when there is none."""
+    refused = [e for e in events if e.get("reason") == "FailedCreate" and e.get("type") == "Warning"]
+    if not refused:
+        return None
+
+    def when(event: Obj) -> str:
+        return str(event.get("lastTimestamp") or event.get("eventTime") or event.get("firstTimestamp") or "")
+
+    return str(max(refused, key=when).get("message") or "the Job's pods were refused")
+
+
+def _active(job: Obj, pods: Sequence[Obj], refusal: str | None = None) -> Observation:
     """Job not finished: pods decide between Scheduling and Running, and say what blocks them."""
     live = [p for p in pods if _status(p).get("phase") in ("Pending", "Running") and not _is_deleted(p)]
     pending = [p for p in live if _status(p).get("phase") == "Pending"]
@@ -339,6 +352,8 @@ def _active(job: Obj, pods: Sequence[Obj]) -> Observation:
     blocking = [pod_unschedulable(p) for p in pending] + [pod_image_pull(p) for p in pending]
     crash = [pod_container_failure(p) for p in running if _restarting(p)]
     problem = next((p for p in blocking if p is not None), None)
+    if problem is None and not live and refusal is not None:
+        problem = PodProblem(Reason.POD_CREATE_FAILED, f"the Job cannot create its pods: {refusal}")
     if problem is None and not running and disrupted:
         # Pods were preempted and their replacements are not placed yet: say so, not just "pending".
         problem = PodProblem(Reason.PREEMPTED, f"{disrupted[-1].message}; the Job is re-creating the pod")
@@ -423,8 +438,9 @@ def observe_server(server: Obj | None, pods: Sequence[Obj]) -> Observation | Non
     return dataclasses.replace(obs, termination_message=None, exit_code=obs.exit_code)
 
 
-def observe(job: Obj | None, pods: Sequence[Obj]) -> Observation:
-    """The observation for one child Job and the pods that belong to it (and to its server, if any)."""
+def observe(job: Obj | None, pods: Sequence[Obj], refusal: str | None = None) -> Observation:
+    """The observation for one child Job and the pods that belong to it (and to its server, if any);
+    `refusal` is the Job's latest FailedCreate message, when there is one (see pods_refused)."""
     if job is None:
         return Observation(phase=Phase.PENDING, reason="JobNotFound", message="waiting for the child Job")
     failed = job_condition(job, "Failed")
@@ -435,4 +451,4 @@ def observe(job: Obj | None, pods: Sequence[Obj]) -> Observation:
         return _succeeded(job, pods, complete)
     if (job.get("spec") or {}).get("suspend") or job_condition(job, "Suspended"):
         return _suspended(job)
-    return _active(job, pods)
+    return _active(job, pods, refusal)

@@ -2,9 +2,11 @@
 
 The fine-tuning worker serves Prometheus gauges (workers/metrics.py; names and the status fields
 they fill in api.contract.PROGRESS_GAUGES); the bench client serves step = cells measured,
-totalSteps = cells planned, tokensPerSecond = the last cell's output tokens/s. On its observe
-timer the operator finds the running pod of completion index 0 (of the role that reports),
-reads its /metrics with a short timeout, and writes the figures with the time it read them.
+totalSteps = cells planned, tokensPerSecond = the last cell's output tokens/s. While a run is
+Running the operator finds the running pod of completion index 0 (of the role that reports),
+reads its /metrics on its event loop (a whole read is bounded by SCRAPE_TIMEOUT_SECONDS, so a
+page served one byte a second costs that pod's progress, never anyone's observation), and writes
+the figures with the time it read them.
 A pod that does not answer, or answers garbage, leaves status.progress as it was: progress is a
 convenience, never a reason for a condition or an error.
 
@@ -16,12 +18,12 @@ does, rewrites the annotation on the pods it runs.
 
 from __future__ import annotations
 
+import asyncio
 import math
-import urllib.error
-import urllib.request
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -101,15 +103,38 @@ def parse_progress(text: str, now: datetime) -> dict[str, Any] | None:
     return found
 
 
-def scrape(url: str, timeout: float = SCRAPE_TIMEOUT_SECONDS) -> str | None:
-    """The page's text, or None on any network or HTTP failure."""
+async def scrape(url: str, timeout: float = SCRAPE_TIMEOUT_SECONDS) -> str | None:
+    """The page's text, or None on any network or HTTP failure or when the whole read (connect,
+    request, every byte of the answer) takes longer than `timeout`."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
-            if resp.status != 200:
-                return None
-            return resp.read(MAX_BYTES).decode("utf-8", errors="replace")
-    except (OSError, ValueError, urllib.error.URLError):
+        return await asyncio.wait_for(_http_get(url), timeout)
+    except (OSError, ValueError, TimeoutError, asyncio.IncompleteReadError):
         return None
+
+
+async def _http_get(url: str) -> str | None:
+    # HTTP/1.0: the answer ends at EOF and is never chunked; prometheus_client serves it so.
+    parts = urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname:
+        return None
+    reader, writer = await asyncio.open_connection(parts.hostname, parts.port or 80)
+    try:
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        writer.write(f"GET {target} HTTP/1.0\r\nHost: {parts.netloc}\r\nAccept: text/plain\r\n\r\n".encode())
+        await writer.drain()
+        data = bytearray()
+        while len(data) <= MAX_BYTES:
+            chunk = await reader.read(65536)
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        writer.close()
+    head, _, body = bytes(data).partition(b"\r\n\r\n")
+    status_line = head.split(b"\r\n", 1)[0].split()
+    if len(status_line) < 2 or status_line[1] != b"200" or len(data) > MAX_BYTES:
+        return None
+    return body.decode("utf-8", errors="replace")
 
 
 def same_progress(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool:
@@ -121,12 +146,9 @@ def same_progress(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> b
     return strip(a) == strip(b)
 
 
-def read_progress(
-    pods: Iterable[Mapping[str, Any]], now: datetime, role: str | None = None
-) -> dict[str, Any] | None:
-    """Scrape rank 0 (I/O, bounded by SCRAPE_TIMEOUT_SECONDS); None when nothing usable came back."""
-    url = metrics_url(pods, role)
-    text = scrape(url) if url is not None else None
+async def read_progress(url: str, now: datetime) -> dict[str, Any] | None:
+    """Scrape one metrics URL (bounded by SCRAPE_TIMEOUT_SECONDS); None when nothing usable came back."""
+    text = await scrape(url)
     return parse_progress(text, now) if text is not None else None
 
 

@@ -16,7 +16,7 @@ from ..cost import parse_time
 from .children import select_pods
 from .conditions import find_condition, make_condition, parse_conditions
 from .ingest import Ingested, ingest
-from .observe import Observation, job_condition, observe, observe_server
+from .observe import Observation, job_condition, observe, observe_server, pod_job_name
 from .status import (
     apply_worker_error,
     derive_status,
@@ -48,6 +48,8 @@ WARNING_REASONS = frozenset(
         Reason.RESULT_INVALID,
         Reason.RESULT_MISSING,
         Reason.JOB_DELETED,
+        Reason.POD_CREATE_FAILED,
+        Reason.NAME_CONFLICT,
     }
 )
 
@@ -99,9 +101,12 @@ def observe_resource(
     jobs: Iterable[Mapping[str, Any]],
     pods: Iterable[Mapping[str, Any]],
     now: datetime,
+    refusals: Mapping[str, str] | None = None,
 ) -> StatusUpdate | None:
     """None when there is nothing for the observer to do (refused spec, children not applied yet,
-    or a finished run whose Job was cleaned up by its TTL)."""
+    or a finished run whose Job was cleaned up by its TTL). `refusals`: Job name -> its latest
+    FailedCreate message, for the Jobs `jobs_to_ask_why` named."""
+    refusals = refusals or {}
     kind = str(body.get("kind"))
     status: Mapping[str, Any] = body.get("status") or {}
     generation = (body.get("metadata") or {}).get("generation")
@@ -113,6 +118,8 @@ def observe_resource(
     watched = children.job if children is not None else None
     if not watched:
         return None
+    if is_terminal(status) and not needs_ingest(status):
+        return None  # final: the outcome and its result are stored; the phase never moves back
     job = next((j for j in jobs if (j.get("metadata") or {}).get("name") == watched), None)
     if job is None and is_terminal(status):
         return None  # the operator cleaned up after the results were stored
@@ -122,11 +129,18 @@ def observe_resource(
             return None  # applied a moment ago: the index has not shown it yet
         obs = vanished_observation(watched, now, status.get("startTime"))
     else:
-        obs = observe(job, selected)
+        obs = observe(job, selected, refusals.get(watched))
     if not obs.terminal and children is not None and children.server:
         server = next((j for j in jobs if (j.get("metadata") or {}).get("name") == children.server), None)
         obs = observe_server(server, selected) or obs
+        refused = refusals.get(children.server)
+        if server is not None and refused is not None and not obs.terminal:
+            server_pods = [p for p in selected if pod_job_name(p) == children.server]
+            server_obs = observe(server, server_pods, refused)
+            obs = server_obs if server_obs.reason == Reason.POD_CREATE_FAILED.value else obs
 
+    if is_terminal(status) and not obs.terminal:
+        return None  # e.g. a bench's server Job deleted after it failed: still the stored outcome
     ingested = _maybe_ingest(status, obs, kind, generation, now)
     obs = apply_worker_error(obs, recorded_worker_error(parse_conditions(status.get("conditions")), ingested))
     desired = derive_status(status, obs, generation=generation, now=now, ingested=ingested)
@@ -257,3 +271,37 @@ def client_to_resume(
         if (job.get("metadata") or {}).get("name") == children.client:
             return children.client if (job.get("spec") or {}).get("suspend") else None
     return None
+
+
+# A Job this old with no pod of its own is asked why (its FailedCreate Events): one read per pass
+# of a stuck run only, never for a healthy one.
+POD_CREATE_GRACE = timedelta(seconds=5)
+
+
+def jobs_to_ask_why(
+    status: Mapping[str, Any],
+    jobs: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    now: datetime,
+) -> list[tuple[str, str]]:
+    """(name, uid) of the run's unfinished, unsuspended Jobs that have no pods after POD_CREATE_GRACE."""
+    children = _children(status)
+    if children is None or is_terminal(status):
+        return []
+    with_pods = {pod_job_name(p) for p in pods}
+    mine = {name for name in (children.job, children.server) if name}
+    asked = []
+    for job in jobs:
+        meta = job.get("metadata") or {}
+        name, created = meta.get("name"), parse_time(meta.get("creationTimestamp"))
+        if name not in mine or name in with_pods or meta.get("deletionTimestamp") or not meta.get("uid"):
+            continue
+        if (
+            (job.get("spec") or {}).get("suspend")
+            or job_condition(job, "Complete")
+            or job_condition(job, "Failed")
+        ):
+            continue
+        if created is not None and now - created >= POD_CREATE_GRACE:
+            asked.append((str(name), str(meta["uid"])))
+    return asked

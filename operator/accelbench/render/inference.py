@@ -1,8 +1,9 @@
 """InferenceBench -> results ConfigMap + client RBAC + server (Job + Service) + client Job.
 
 Server workload kind: a batch/v1 Indexed Job of one pod, not a Deployment, because
-- the server lives exactly as long as one benchmark: a Job with activeDeadlineSeconds caps the
-  accelerator bill even if the operator is gone, and a crash-looping engine ends in a Failed Job
+- the server lives exactly as long as one benchmark: its Job always has activeDeadlineSeconds
+  (spec.server.deadlineSeconds, 6 h by default), which caps the accelerator bill even if the
+  operator is gone, and a crash-looping engine ends in a Failed Job
   with a reason instead of restarting forever on expensive chips;
 - Kueue admits batch Jobs natively (same `kueue.x-k8s.io/queue-name` + suspend path as training);
 - a multi-host server, when it comes, is the same Indexed Job + headless Service shape as
@@ -366,7 +367,16 @@ def build_server_job(
     )
     server_labels = labels(bench.kind, name, Role.SERVER, plan.accelerator)
     metadata = build_metadata(bench, server_name(name), server_labels)
-    return build_job(metadata, shape, bench.spec, build_server_pod_template(bench, plan, accel, fetch_image))
+    control = bench.spec.model_copy(update={"active_deadline_seconds": server_deadline(bench)})
+    return build_job(metadata, shape, control, build_server_pod_template(bench, plan, accel, fetch_image))
+
+
+def server_deadline(bench: InferenceBench) -> int:
+    """The server never ends by itself: its Job always carries a deadline, so chips are never held
+    forever by a server whose client (or operator) is gone."""
+    own = bench.spec.server.deadline_seconds
+    run = bench.spec.active_deadline_seconds
+    return own if run is None else min(own, run)
 
 
 def build_server_service(bench: InferenceBench, plan: Plan) -> dict[str, Any]:

@@ -1,0 +1,167 @@
+"""The event-driven loop: watch events wake resources; workers run one pass per woken resource.
+
+kopf does the watching and keeps the indexes (slim copies, cache.py); its event handlers only call
+`wake`. This loop owns everything else:
+
+- a WorkQueue of resource keys, drained by `workers` tasks; each takes a Snapshot from the indexes
+  on the event-loop thread (where kopf mutates them, so no lock is needed) and runs the pass on a
+  thread pool (the Kubernetes client blocks);
+- progress reads of running ranks 0, as asyncio tasks: a slow or hostile /metrics endpoint delays
+  only its own resource's progress, never a pass;
+- a resync that wakes every known resource every RESYNC_S, the safety net for a missed event.
+
+No per-resource timer or daemon exists, so kopf puts no finalizer on any resource: deleting one, or
+its namespace, never waits for the operator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from ..api.status import Phase
+from .cache import ResourceKey
+from .progress import PROGRESS_ROLE, metrics_url, read_progress
+from .reconciler import RUNNING_PASS_S, Outcome, Snapshot, reconcile
+from .state import ControllerState
+from .workqueue import WorkQueue
+
+log = logging.getLogger(__name__)
+
+RESYNC_S = 300.0
+MAX_SCRAPES = 64  # progress reads in flight at once
+
+
+@dataclass
+class Indexes:
+    """kopf's indexes, by reference: resources by kind (key (namespace, name)), Jobs by their
+    controller's UID, Pods by their Job's UID."""
+
+    resources: Mapping[str, Any]  # kind -> kopf.Index
+    jobs: Any
+    pods: Any
+
+
+def _first(store: Any) -> Any:
+    return next(iter(store), None) if store is not None else None
+
+
+class Controller:
+    def __init__(self, state: ControllerState, workers: int) -> None:
+        self.state = state
+        self.workers = workers
+        self.queue: WorkQueue[ResourceKey] = WorkQueue()
+        self.indexes: Indexes | None = None
+        self.ready = asyncio.Event()  # set by the first watch event: kopf's indexes are complete by then
+        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="reconcile")
+        self._progress: dict[ResourceKey, dict[str, Any]] = {}
+        self._scraping: dict[ResourceKey, float] = {}  # key -> when its last read started (monotonic)
+        self._scrape_slots = asyncio.Semaphore(MAX_SCRAPES)
+        self._tasks: list[asyncio.Task[None]] = []
+        self.clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+
+    # --- inputs ---------------------------------------------------------------------------------
+
+    def wake(self, key: ResourceKey) -> None:
+        self.ready.set()
+        self.queue.add(key)
+
+    def snapshot(self, key: ResourceKey) -> Snapshot:
+        assert self.indexes is not None, "indexes attached at startup"
+        kind, namespace, name = key
+        body = _first(self.indexes.resources[kind].get((namespace, name)))
+        if body is None:
+            return Snapshot(key, None)
+        uid = (body.get("metadata") or {}).get("uid")
+        jobs = list(self.indexes.jobs.get(uid, ()))
+        pods = [
+            pod for job in jobs for pod in self.indexes.pods.get((job.get("metadata") or {}).get("uid"), ())
+        ]
+        return Snapshot(key, body, jobs, pods, self._progress.get(key))
+
+    # --- progress -------------------------------------------------------------------------------
+
+    def _maybe_scrape(self, snap: Snapshot) -> None:
+        body = snap.body or {}
+        kind = snap.key[0]
+        if kind not in PROGRESS_ROLE or (body.get("status") or {}).get("phase") != Phase.RUNNING.value:
+            self._progress.pop(snap.key, None)
+            return
+        started = self._scraping.get(snap.key)
+        if started is not None and time.monotonic() - started < RUNNING_PASS_S:
+            return  # one in flight, or one read recently
+        url = metrics_url(snap.pods, PROGRESS_ROLE[kind])
+        if url is None:
+            return
+        self._scraping[snap.key] = time.monotonic()
+        self._tasks.append(asyncio.create_task(self._scrape(snap.key, url)))
+
+    async def _scrape(self, key: ResourceKey, url: str) -> None:
+        async with self._scrape_slots:
+            progress = await read_progress(url, self.clock())
+        if progress is not None:
+            self._progress[key] = progress
+            self.queue.add(key)
+
+    # --- the loop -------------------------------------------------------------------------------
+
+    async def _work(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            key = await self.queue.get()
+            started, kind = time.monotonic(), key[0]
+            outcome = Outcome("error", retry=True)
+            try:
+                snap = self.snapshot(key)
+                self._maybe_scrape(snap)
+                outcome = await loop.run_in_executor(
+                    self._executor, reconcile, snap, self.state, self.clock()
+                )
+                if snap.body is None:
+                    self.queue.drop(key)
+                    self._progress.pop(key, None)
+                    self._scraping.pop(key, None)
+            except Exception:  # never let one resource stop a worker
+                log.exception("pass over %s failed", key)
+            finally:
+                self.queue.done(key)
+                self.state.metrics.observe_reconcile(kind, outcome.label, time.monotonic() - started)
+            if outcome.retry:
+                self.queue.add_after(key, self.queue.backoff(key))
+            else:
+                self.queue.forget(key)
+                if outcome.requeue_after is not None:
+                    self.queue.add_after(key, outcome.requeue_after)
+            self._tasks = [t for t in self._tasks if not t.done()]
+
+    def known(self) -> list[ResourceKey]:
+        assert self.indexes is not None
+        return [
+            (kind, namespace, name)
+            for kind, index in self.indexes.resources.items()
+            for (namespace, name) in list(index.keys())
+        ]
+
+    async def _resync(self) -> None:
+        await self.ready.wait()
+        while True:
+            for key in self.known():
+                self.queue.add(key)
+            await asyncio.sleep(RESYNC_S)
+
+    def start(self, indexes: Indexes) -> None:
+        self.indexes = indexes
+        self._tasks.extend(asyncio.create_task(self._work()) for _ in range(self.workers))
+        self._tasks.append(asyncio.create_task(self._resync()))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._executor.shutdown(wait=False, cancel_futures=True)

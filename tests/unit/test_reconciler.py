@@ -1,0 +1,304 @@
+"""One pass of the loop over one resource (controller/reconciler.py) against a recording fake client:
+what it applies, the one status write it makes (conditional on the resourceVersion it read), the
+Events, and what it never does (re-apply a finished run, touch an object it does not own)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+from test_status import NOW, PRICED, body_with, recorded
+
+from accelbench.catalog import load_catalog
+from accelbench.controller.metrics import Metrics
+from accelbench.controller.reconciler import Snapshot, foreign_holder, next_pass, reconcile
+from accelbench.controller.state import ControllerState
+
+
+class FakeKube:
+    def __init__(self, error: Exception | None = None, existing: dict[tuple[str, str], Any] | None = None):
+        self.applied: list[dict[str, Any]] = []
+        self.status_writes: list[tuple[dict[str, Any], str | None]] = []
+        self.events: list[tuple[str, str, str]] = []
+        self.deleted: list[str] = []
+        self.existing = existing or {}
+        self.error = error
+        self.status_error: Exception | None = None
+        self.job_events: list[dict[str, Any]] = []
+
+    def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
+        if self.error is not None:
+            raise self.error
+        self.applied.append(obj)
+        return obj
+
+    def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.existing.get((kind, name))
+
+    def patch_status(self, obj: Any, status: dict[str, Any], resource_version: str | None) -> dict[str, Any]:
+        if self.status_error is not None:
+            raise self.status_error
+        self.status_writes.append((copy.deepcopy(status), resource_version))
+        return {}
+
+    def post_event(self, obj: Any, type_: str, reason: str, message: str, now: str) -> None:
+        self.events.append((type_, reason, message))
+
+    def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
+        self.deleted.append(name)
+
+    def events_about(self, namespace: str, uid: str) -> list[dict[str, Any]]:
+        return self.job_events
+
+
+MANIFEST: dict[str, Any] = {
+    "apiVersion": "accelbench.io/v1alpha1",
+    "kind": "FinetuneJob",
+    "metadata": {
+        "name": "gemma-lora",
+        "namespace": "team-a",
+        "uid": "u-1",
+        "generation": 1,
+        "resourceVersion": "41",
+        "annotations": {"team": "a"},
+    },
+    "spec": {
+        "model": {"uri": "pvc://models/gemma", "family": "gemma3", "size": "1b"},
+        "dataset": {"uri": "pvc://data/chat.jsonl"},
+        "accelerator": {"type": "tpu-v5p", "topology": "2x2x2"},
+    },
+}
+KEY = ("FinetuneJob", "team-a", "gemma-lora")
+
+
+@pytest.fixture
+def state() -> ControllerState:
+    made = ControllerState(kube=FakeKube(), metrics=Metrics(), price_namespace="x", price_config_map="y")  # type: ignore[arg-type]
+    # The real planner and renderer with the built-in catalog; no ConfigMap read in unit tests.
+    made._catalog, made._loaded_at = load_catalog(), float("inf")
+    return made
+
+
+def run(
+    state: ControllerState, body: dict[str, Any] | None, jobs: list[Any] = (), pods: list[Any] = ()
+) -> Any:  # type: ignore[assignment]
+    return reconcile(Snapshot(KEY, body, list(jobs), list(pods)), state, NOW)
+
+
+def written(state: ControllerState) -> dict[str, Any]:
+    writes = state.kube.status_writes  # type: ignore[attr-defined]
+    assert len(writes) == 1, writes
+    return writes[0][0]
+
+
+def test_a_new_generation_applies_owned_children_and_writes_plan_status(state: ControllerState) -> None:
+    outcome = run(state, copy.deepcopy(MANIFEST))
+    assert outcome.label == "applied"
+    applied = state.kube.applied  # type: ignore[attr-defined]
+    assert [(o["kind"], o["metadata"]["name"]) for o in applied] == [
+        ("Service", "gemma-lora-train"),
+        ("Job", "gemma-lora-train"),
+    ]
+    for obj in applied:  # owned by the resource, in its namespace, exactly once
+        assert obj["metadata"]["namespace"] == "team-a"
+        assert [r["uid"] for r in obj["metadata"]["ownerReferences"]] == ["u-1"]
+    status = written(state)
+    assert state.kube.status_writes[0][1] == "41"  # type: ignore[attr-defined]  # conditional write
+    assert status["phase"] == "Pending" and status["observedGeneration"] == 1
+    assert status["children"] == {"job": "gemma-lora-train", "service": "gemma-lora-train"}
+    assert (status["plan"]["chips"], status["plan"]["hosts"], status["plan"]["framework"]) == (8, 2, "jax")
+    assert status["accelerator"] == "tpu-v5p 2x2x2"
+    assert status["cost"]["dollarsPerChipHour"] == load_catalog().get("tpu-v5p").price.on_demand
+    assert status["conditions"][0]["reason"] == "ChildrenCreated"
+    assert state.kube.events[0][1] == "ChildrenCreated"  # type: ignore[attr-defined]
+
+
+def test_an_applied_generation_is_not_applied_again(state: ControllerState) -> None:
+    """A restart or a resync observes; only an edit (a new generation) applies."""
+    body = copy.deepcopy(MANIFEST)
+    body["status"] = dict(PRICED)
+    outcome = run(state, body)
+    assert outcome.label.startswith("observe") and state.kube.applied == []  # type: ignore[attr-defined]
+
+
+def test_invalid_spec_sets_a_condition_and_applies_nothing(state: ControllerState) -> None:
+    body = copy.deepcopy(MANIFEST)
+    body["spec"]["accelerator"] = {"type": "tpu-v5p", "count": 4}
+    run(state, body)
+    assert state.kube.applied == []  # type: ignore[attr-defined]
+    status = written(state)
+    assert status["phase"] == "Failed"
+    assert status["conditions"][0]["reason"] == "InvalidSpec"
+    assert "topology" in status["message"]
+    assert state.kube.events[0][:2] == ("Warning", "InvalidSpec")  # type: ignore[attr-defined]
+
+
+def test_an_invalid_name_reads_as_a_sentence(state: ControllerState) -> None:
+    body = copy.deepcopy(MANIFEST)
+    body["metadata"]["name"] = "n" * 60
+    run(state, body)
+    assert written(state)["message"] == "metadata.name: String should have at most 52 characters"
+    assert state.kube.applied == []  # type: ignore[attr-defined]
+
+
+def test_plan_error_is_an_invalid_spec(state: ControllerState, monkeypatch: pytest.MonkeyPatch) -> None:
+    from accelbench.controller import reconciler
+    from accelbench.plan.types import PlanError
+
+    def refuse(resource: Any, catalog: Any, server_admitted: bool = False) -> Any:
+        raise PlanError("needs >= 4 x H100 80 GB")
+
+    monkeypatch.setattr(reconciler, "build_children", refuse)
+    run(state, copy.deepcopy(MANIFEST))
+    assert written(state)["message"] == "needs >= 4 x H100 80 GB"
+
+
+def test_apiserver_rejection_is_an_invalid_spec_and_outage_is_retried(state: ControllerState) -> None:
+    rejected = ApiException(status=422, reason="Unprocessable Entity")
+    rejected.body = json.dumps({"message": "Job.batch is invalid: spec.template: field is immutable"})
+    state.kube = FakeKube(rejected)  # type: ignore[assignment]
+    run(state, copy.deepcopy(MANIFEST))
+    assert "field is immutable" in written(state)["message"]
+    assert written(state)["conditions"][0]["reason"] == "InvalidSpec"
+
+    state.kube = FakeKube(ApiException(status=503, reason="Service Unavailable"))  # type: ignore[assignment]
+    outcome = run(state, copy.deepcopy(MANIFEST))
+    assert outcome.retry  # with backoff; and said where a user looks (a 403 would read the same)
+    assert "failed (503)" in written(state)["message"] and "phase" not in written(state)
+
+
+def test_a_bug_in_rendering_is_contained(state: ControllerState, monkeypatch: pytest.MonkeyPatch) -> None:
+    from accelbench.controller import reconciler
+
+    def broken(resource: Any, catalog: Any, server_admitted: bool = False) -> Any:
+        raise RuntimeError("renderer bug")
+
+    monkeypatch.setattr(reconciler, "build_children", broken)
+    outcome = run(state, copy.deepcopy(MANIFEST))
+    assert outcome.retry
+    assert written(state)["conditions"][0]["reason"] == "ReconcileError"
+
+
+def test_a_finished_run_is_never_re_applied(state: ControllerState) -> None:
+    body = copy.deepcopy(MANIFEST)
+    body["metadata"]["generation"] = 2  # even after an edit
+    body["status"] = {**PRICED, "phase": "Succeeded"}
+    run(state, body)
+    assert state.kube.applied == []  # type: ignore[attr-defined]
+
+
+def test_a_stale_pass_is_refused_and_computed_again(state: ControllerState) -> None:
+    state.kube.status_error = ApiException(status=409, reason="Conflict")  # type: ignore[attr-defined]
+    outcome = run(state, copy.deepcopy(MANIFEST))
+    assert outcome.label == "conflict-retry" and outcome.requeue_after is not None
+    assert state.kube.events == []  # type: ignore[attr-defined]  # nothing announced that was not stored
+
+
+def test_observing_patches_status_and_exports_metrics(state: ControllerState) -> None:
+    case = recorded("finetune_complete")
+    body = body_with(dict(PRICED))
+    run(state, body, [case["job"]], case["pods"])
+    assert written(state)["phase"] == "Succeeded"
+    registry = state.metrics.registry
+    labels = {
+        "namespace": "team-a",
+        "name": "gemma-lora",
+        "kind": "FinetuneJob",
+        "accelerator": "tpu-v5p 2x2x2",
+    }
+    assert registry.get_sample_value("accelbench_tokens_per_second", labels) == 5120.0
+    assert registry.get_sample_value("accelbench_mfu", labels) == 0.412
+    phases = {"kind": "FinetuneJob", "phase": "Succeeded"}
+    assert registry.get_sample_value("accelbench_resources", phases) == 1
+
+    assert run(state, None).label == "gone"  # deleted: its series go
+    assert registry.get_sample_value("accelbench_tokens_per_second", labels) is None
+    assert registry.get_sample_value("accelbench_resources", phases) == 0
+
+
+def test_rejected_edit_of_a_running_run_keeps_it_observed(state: ControllerState) -> None:
+    rejected = ApiException(status=422, reason="Unprocessable Entity")
+    rejected.body = json.dumps({"message": "spec.template: field is immutable"})
+    state.kube = FakeKube(rejected)  # type: ignore[assignment]
+    body = copy.deepcopy(MANIFEST)
+    body["metadata"]["generation"] = 2
+    body["status"] = {**PRICED, "phase": "Running"}
+    running_job = {"metadata": {"name": PRICED["children"]["job"], "uid": "j-1"}, "status": {"active": 1}}
+    run(state, body, [running_job])
+    status = written(state)
+    assert "phase" not in status and status["observedGeneration"] == 2  # handled once, not every pass
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "ApplyRejected")
+
+
+# --- objects it does not own (issue 14) ----------------------------------------------------------
+
+
+def foreign(kind: str, name: str, owner: dict[str, Any] | None = None) -> dict[str, Any]:
+    refs = [{**owner, "controller": True}] if owner else []
+    return {"kind": kind, "metadata": {"name": name, "ownerReferences": refs}}
+
+
+def test_a_foreign_object_with_a_childs_name_is_never_touched(state: ControllerState) -> None:
+    state.kube = FakeKube(existing={("Service", "gemma-lora-train"): foreign("Service", "gemma-lora-train")})  # type: ignore[assignment]
+    outcome = run(state, copy.deepcopy(MANIFEST))
+    assert state.kube.applied == []  # type: ignore[attr-defined]  # not even the free ones
+    assert outcome.label == "conflict" and outcome.requeue_after == 30.0
+    status = written(state)
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "NameConflict")
+    assert "Service/gemma-lora-train already exists and is controlled by no resource" in status["message"]
+    assert state.kube.events[0][1] == "NameConflict"  # type: ignore[attr-defined]
+
+
+def test_the_previous_same_named_resources_job_is_waited_for_not_adopted() -> None:
+    old = foreign("Job", "gemma-lora-train", {"kind": "FinetuneJob", "name": "gemma-lora", "uid": "u-0"})
+    why, retry = foreign_holder(old, "u-1", "FinetuneJob", "gemma-lora") or ("", 0.0)
+    assert "earlier FinetuneJob of the same name (uid u-0)" in why and retry < 10
+    mine = foreign("Job", "gemma-lora-train", {"kind": "FinetuneJob", "name": "gemma-lora", "uid": "u-1"})
+    assert foreign_holder(mine, "u-1", "FinetuneJob", "gemma-lora") is None
+    assert foreign_holder(None, "u-1", "FinetuneJob", "gemma-lora") is None
+    other = foreign("Job", "x", {"kind": "JobSet", "name": "x", "uid": "z"})
+    assert "controlled by JobSet/x" in (foreign_holder(other, "u-1", "FinetuneJob", "gemma-lora") or ("",))[0]
+
+
+def test_pods_refused_at_admission_become_a_condition(state: ControllerState) -> None:
+    """A quota, Pod Security or a bad priorityClassName: the Job controller's FailedCreate Event."""
+    job = {
+        "metadata": {"name": "gemma-lora-train", "uid": "j-1", "creationTimestamp": "2026-05-04T11:59:00Z"},
+        "spec": {},
+        "status": {},
+    }
+    refused = 'Error creating: pods "gemma-lora-train-0" is forbidden: exceeded quota: gpus'
+    state.kube.job_events = [  # type: ignore[attr-defined]
+        {"type": "Normal", "reason": "SuccessfulCreate", "lastTimestamp": "2026-05-04T11:59:01Z"},
+        {
+            "type": "Warning",
+            "reason": "FailedCreate",
+            "message": refused,
+            "lastTimestamp": "2026-05-04T11:59:30Z",
+        },
+    ]
+    run(state, body_with(dict(PRICED)), [job])
+    status = written(state)
+    assert status["phase"] == "Scheduling"
+    assert "exceeded quota: gpus" in status["message"]
+    running = next(c for c in status["conditions"] if c["type"] == "Running")
+    assert running["reason"] == "FailedCreate"
+
+
+def test_when_to_look_again() -> None:
+    running = {**PRICED, "phase": "Running"}
+    assert next_pass({}, running, NOW) is not None and next_pass({}, running, NOW) <= 5
+    assert next_pass({}, {**PRICED, "phase": "Scheduling"}, NOW) == 15.0
+    done = {**PRICED, "phase": "Succeeded", "completionTime": "2026-05-04T11:59:00Z"}
+    done["conditions"] = [
+        *PRICED["conditions"],
+        {"type": "ResultValid", "status": "True", "reason": "ResultValid"},
+    ]
+    assert next_pass({}, done, NOW) is None  # events and the resync only
+    assert next_pass({"ttlSecondsAfterFinished": 120}, done, NOW) == pytest.approx(60.5)
+    assert next_pass({}, {}, NOW) is None

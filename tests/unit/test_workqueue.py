@@ -1,0 +1,51 @@
+"""The loop's work queue: one pass per burst, never two at once per key, the earliest wake-up wins."""
+
+from __future__ import annotations
+
+import asyncio
+
+from accelbench.controller.workqueue import BACKOFF_MAX_S, WorkQueue
+
+
+def test_a_burst_of_events_is_one_pass_and_an_event_during_a_pass_is_another() -> None:
+    async def scenario() -> list[str]:
+        queue: WorkQueue[str] = WorkQueue()
+        for _ in range(5):
+            queue.add("a")
+        queue.add("b")
+        assert len(queue) == 2
+        key = await queue.get()
+        assert key == "a"
+        queue.add("a")  # an event while "a" is being handled
+        assert len(queue) == 1  # not queued twice: it waits for the pass to end
+        queue.done("a")
+        order = [await queue.get(), await queue.get()]
+        return order
+
+    assert asyncio.run(scenario()) == ["b", "a"]
+
+
+def test_only_the_earliest_wake_up_is_kept() -> None:
+    async def scenario() -> tuple[float, int]:
+        queue: WorkQueue[str] = WorkQueue()
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        queue.add_after("a", 5.0)
+        queue.add_after("a", 0.05)  # earlier: replaces
+        queue.add_after("a", 3.0)  # later: ignored
+        await queue.get()
+        waited = loop.time() - start
+        queue.done("a")
+        await asyncio.sleep(0.1)
+        return waited, len(queue)
+
+    waited, left = asyncio.run(scenario())
+    assert waited < 1.0 and left == 0
+
+
+def test_backoff_doubles_to_a_cap_and_resets() -> None:
+    queue: WorkQueue[str] = WorkQueue()
+    delays = [queue.backoff("a") for _ in range(12)]
+    assert delays[:3] == [1.0, 2.0, 4.0] and delays[-1] == BACKOFF_MAX_S
+    queue.forget("a")
+    assert queue.backoff("a") == 1.0
