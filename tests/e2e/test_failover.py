@@ -1,6 +1,8 @@
 """Two operator replicas, active/standby through a Lease (issue 14): one acts, the other takes over
 within DURATION_S + RETRY_S of the active one's SIGKILL, and a clean stop hands over at once.
-Measured here on the local control plane; the figure is printed (pytest -s) for the notes."""
+They run as the chart's Deployment runs them: its ServiceAccount (after test_chart_install.py), its
+namespace, its Lease name, so the chart's Lease Role is what is exercised. Measured here on the local
+control plane; the figure is printed (pytest -s) for the notes."""
 
 from __future__ import annotations
 
@@ -13,11 +15,13 @@ from test_neighbours import ready
 
 from accelbench.controller.leader import DURATION_S, RETRY_S
 
-LEASE = "accelbench-e2e"
+LEASE, NAMESPACE = "accelbench", "accelbench-system"  # the chart's defaults for release "accelbench"
 
 
 def holder(env: Env) -> str:
-    lease = env.kubectl("get", "lease", LEASE, "-o", "jsonpath={.spec.holderIdentity}", check=False)
+    lease = env.kubectl(
+        "get", "lease", LEASE, "-n", NAMESPACE, "-o", "jsonpath={.spec.holderIdentity}", check=False
+    )
     return lease.stdout.strip() if lease.returncode == 0 else ""
 
 
@@ -59,5 +63,5 @@ def test_a_standby_takes_over_when_the_active_replica_dies(env: Env) -> None:
         for replica in replicas:
             replica.stop()
         env.kubectl("delete", FT, "ha-first", "ha-second", "--ignore-not-found", check=False)
-        env.kubectl("delete", "lease", LEASE, "--ignore-not-found", check=False)
+        env.kubectl("delete", "lease", LEASE, "-n", NAMESPACE, "--ignore-not-found", check=False)
         env.operator.start()

@@ -622,3 +622,16 @@ def test_cost_sums_every_segment_of_a_suspended_and_resumed_run_and_never_decrea
         {**PRICED, **later}, earlier_view, generation=1, now=resumed_at + timedelta(hours=2)
     )
     assert again["cost"]["earlierHours"] == pytest.approx(1.5, abs=0.05)
+
+
+def test_a_running_run_never_goes_back_to_scheduling() -> None:
+    """Seen in the kill loop: the pod had finished and the Job was not Complete yet ("waiting for the
+    Job's pods"); a preempted pod being re-created reads the same. The phase stays Running."""
+    from accelbench.controller.reconcile import never_back_to_waiting
+
+    waiting = Observation(phase=Phase.SCHEDULING, reason="Scheduling", message="waiting for the Job's pods")
+    assert never_back_to_waiting({"phase": "Running"}, waiting).phase == Phase.RUNNING
+    assert never_back_to_waiting({"phase": "Running"}, waiting).message == "waiting for the Job's pods"
+    assert never_back_to_waiting({"phase": "Pending"}, waiting).phase == Phase.SCHEDULING
+    suspended = dataclasses.replace(waiting, phase=Phase.SUSPENDED)
+    assert never_back_to_waiting({"phase": "Running"}, suspended).phase == Phase.SUSPENDED

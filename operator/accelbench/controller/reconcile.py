@@ -6,6 +6,7 @@ when nothing changed) and whether the phase moved, so the handler can post one e
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -141,6 +142,7 @@ def observe_resource(
 
     if is_terminal(status) and not obs.terminal:
         return None  # e.g. a bench's server Job deleted after it failed: still the stored outcome
+    obs = never_back_to_waiting(status, obs)
     ingested = _maybe_ingest(status, obs, kind, generation, now)
     obs = apply_worker_error(obs, recorded_worker_error(parse_conditions(status.get("conditions")), ingested))
     desired = derive_status(status, obs, generation=generation, now=now, ingested=ingested)
@@ -154,6 +156,15 @@ def observe_resource(
     if ingested is not None and not ingested.valid and ingested.worker_error is None:
         events.append(("Warning", ingested.condition.reason, ingested.condition.message))
     return StatusUpdate(patch, old_phase, new_phase, obs.reason, obs.message, events)
+
+
+def never_back_to_waiting(status: Mapping[str, Any], obs: Observation) -> Observation:
+    """A run that reached Running stays Running until it ends (or is suspended): a pod between a
+    finished container and the Job's Complete, or a preempted pod being re-created, is said in the
+    conditions and the message, not by moving the phase back to Scheduling."""
+    if status.get("phase") == Phase.RUNNING.value and obs.phase in (Phase.PENDING, Phase.SCHEDULING):
+        return dataclasses.replace(obs, phase=Phase.RUNNING)
+    return obs
 
 
 def server_to_stop(status: Mapping[str, Any], jobs: Iterable[Mapping[str, Any]]) -> str | None:
