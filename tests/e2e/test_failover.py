@@ -29,10 +29,13 @@ def test_a_standby_takes_over_when_the_active_replica_dies(env: Env) -> None:
     tiny = {"model": "/nonexistent/model", "data": "/nonexistent/chat.jsonl"}  # runs stay suspended
     replicas = [
         OperatorProcess(
-            env.cluster.kubeconfig, env.workdir, ("--leader-election", LEASE), name=f"replica-{i}"
+            env.operator.kubeconfig, env.workdir, ("--leader-election", LEASE), name=f"replica-{i}"
         )
         for i in range(2)
     ]
+    for replica in replicas:
+        replica.namespace = env.operator.namespace
+    assert replica.namespace == NAMESPACE, "test_chart_install.py runs first and installs the chart"
     env.operator.stop()
     try:
         for replica in replicas:

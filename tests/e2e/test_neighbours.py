@@ -28,9 +28,33 @@ def ready(env: Env, name: str, namespace: str = "default") -> dict[str, Any] | N
     return obj if ready is not None and ready["status"] == "True" else None
 
 
-def reason_of(env: Env, name: str, type_: str) -> str | None:
-    conditions = env.get(FT, name).get("status", {}).get("conditions", [])
+def reason_of(env: Env, name: str, type_: str, namespace: str = "default") -> str | None:
+    conditions = env.get(FT, name, namespace).get("status", {}).get("conditions", [])
     return next((c["reason"] for c in conditions if c["type"] == type_), None)
+
+
+def namespace(env: Env, name: str, labels: dict[str, str] | None = None) -> None:
+    env.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels=labels)))
+
+
+def on_pool(name: str, ns: str, accelerator: dict[str, Any]) -> dict[str, Any]:
+    """A run on a kwok pool: its pods are admitted or refused for real, no worker process runs."""
+    return {
+        "apiVersion": "accelbench.io/v1alpha1",
+        "kind": "FinetuneJob",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "model": {"uri": "gs://bucket/models/llama-3.1-8b", "family": "llama", "size": "8b"},
+            "dataset": {"uri": "gs://bucket/data/chat.jsonl"},
+            "method": {"type": "lora", "rank": 16},
+            "training": {"seqLength": 1024, "globalBatchSize": 8, "maxSteps": 10},
+            "accelerator": accelerator,
+        },
+    }
+
+
+def pods_in(env: Env, ns: str, name: str) -> list[Any]:
+    return env.core.list_namespaced_pod(ns, label_selector=f"accelbench.io/name={name}").items
 
 
 def gone(env: Env, name: str) -> bool:
@@ -153,3 +177,116 @@ def test_pods_refused_at_admission_show_as_a_condition_within_a_minute(
     assert "spec.training cannot change once the run has started" in edit.stderr, edit.stderr
     env.kubectl("patch", FT, "bad-priority", "--type=merge", "-p", '{"spec":{"suspend":true}}')
     env.kubectl("delete", FT, "bad-priority")
+
+
+def test_a_pod_security_restricted_namespace_admits_gpu_workers_and_names_what_it_refuses(env: Env) -> None:
+    """GPU workers meet the `restricted` Pod Security profile (non-root, no privilege escalation, all
+    capabilities dropped, RuntimeDefault seccomp), so they run there. Gaudi workers add SYS_NICE,
+    which `restricted` forbids: the run says so within a minute instead of Scheduling forever."""
+    ns = "team-restricted"
+    namespace(env, ns, {"pod-security.kubernetes.io/enforce": "restricted"})
+    try:
+        env.apply(on_pool("ps-gpu", ns, {"type": "h100", "count": 1}))
+        env.apply(on_pool("ps-gaudi", ns, {"type": "gaudi3", "count": 1}))
+        started = time.monotonic()
+        wait_for(lambda: pods_in(env, ns, "ps-gpu") or None, what="GPU worker pod admitted")
+        wait_for(
+            lambda: reason_of(env, "ps-gaudi", "Running", ns) == "FailedCreate",
+            timeout=60,
+            what="FailedCreate for the Gaudi run",
+        )
+        print(f"Pod Security refusal shown {time.monotonic() - started:.1f} s after apply")
+        message = env.get(FT, "ps-gaudi", ns)["status"]["message"]
+        assert 'violates PodSecurity "restricted' in message and "SYS_NICE" in message, message
+        assert pods_in(env, ns, "ps-gaudi") == []
+    finally:
+        env.kubectl("delete", "namespace", ns, "--wait=false")
+
+
+def test_a_resource_quota_that_refuses_a_child_is_said_and_the_run_goes_on_once_it_is_lifted(
+    env: Env,
+) -> None:
+    """A quota on Jobs refuses the operator's own create (QuotaExceeded, retried); lifted, the run is
+    applied; a quota on pods then refuses the Job's pods (FailedCreate naming the quota)."""
+    ns = "team-quota"
+    namespace(env, ns)
+    try:
+        quota = client.V1ResourceQuota(
+            metadata=client.V1ObjectMeta(name="no-jobs"),
+            spec=client.V1ResourceQuotaSpec(hard={"count/jobs.batch": "0"}),
+        )
+        env.core.create_namespaced_resource_quota(ns, quota)
+        # Admission refuses everything ("status unknown") until the quota controller has counted.
+        wait_for(
+            lambda: env.core.read_namespaced_resource_quota("no-jobs", ns).status.hard, what="quota counted"
+        )
+        env.apply(on_pool("over-quota", ns, {"type": "h100", "count": 1}))
+        started = time.monotonic()
+        wait_for(
+            lambda: reason_of(env, "over-quota", "Ready", ns) == "QuotaExceeded",
+            timeout=60,
+            what="QuotaExceeded",
+        )
+        print(f"QuotaExceeded {time.monotonic() - started:.1f} s after apply")
+        obj = env.get(FT, "over-quota", ns)
+        assert "exceeded quota: no-jobs" in obj["status"]["message"]
+        assert obj["status"].get("phase") in (None, "Pending")  # nothing ran: neither failed nor started
+
+        pods_quota = client.V1ResourceQuota(
+            metadata=client.V1ObjectMeta(name="no-pods"), spec=client.V1ResourceQuotaSpec(hard={"pods": "0"})
+        )
+        env.core.create_namespaced_resource_quota(ns, pods_quota)
+        wait_for(lambda: env.core.read_namespaced_resource_quota("no-pods", ns).status.hard, what="counted")
+        env.core.delete_namespaced_resource_quota("no-jobs", ns)
+        lifted = time.monotonic()
+        wait_for(
+            lambda: reason_of(env, "over-quota", "Running", ns) == "FailedCreate",
+            timeout=90,
+            what="the Job applied once the quota was lifted, its pods refused by the next one",
+        )
+        print(
+            f"applied, its pods' refusal shown {time.monotonic() - lifted:.1f} s after the quota was lifted"
+        )
+        assert "exceeded quota: no-pods" in env.get(FT, "over-quota", ns)["status"]["message"]
+    finally:
+        env.kubectl("delete", "namespace", ns, "--wait=false")
+
+
+def accelbench_labels(labels: dict[str, str]) -> dict[str, str]:
+    """The labels the operator puts on a worker pod. Not the Job controller's own (controller-uid,
+    job-name): a pod wearing those is adopted by the Job (and deleted while it is suspended)."""
+    return {k: v for k, v in labels.items() if k.startswith("accelbench.io/")}
+
+
+def test_a_pod_wearing_a_workers_labels_is_not_taken_for_the_run(env: Env, tiny: dict[str, str]) -> None:
+    """Pods are matched to a run by their Job's UID, never by labels: a Running pod that copies a
+    held run's labels neither starts it nor is touched."""
+    env.apply(run("spoofed", tiny, 4, suspend=True))
+    wait_for(lambda: ready(env, "spoofed"), what="children applied")
+    job = jobs_of(env, "spoofed")[0]
+    node = env.core.list_node(label_selector="cloud.google.com/gke-accelerator=nvidia-h100-80gb").items[0]
+    spoof = client.V1Pod(
+        metadata=client.V1ObjectMeta(
+            name="spoofed-train-0-fake", labels=accelbench_labels(job.spec.template.metadata.labels)
+        ),
+        spec=client.V1PodSpec(
+            node_name=node.metadata.name,
+            tolerations=[client.V1Toleration(operator="Exists")],
+            containers=[client.V1Container(name="worker", image="busybox")],
+        ),
+    )
+    env.core.create_namespaced_pod("default", spoof)
+    wait_for(
+        lambda: env.core.read_namespaced_pod("spoofed-train-0-fake", "default").status.phase == "Running",
+        what="the spoofing pod Running",
+    )
+    env.kubectl("annotate", FT, "spoofed", "poke=1")  # wakes a pass over the run now
+    time.sleep(3)
+    obj = env.get(FT, "spoofed")
+    assert obj["status"]["phase"] == "Suspended", obj["status"]
+    assert not obj["status"].get("results") and not obj["status"].get("progress")
+    after = env.core.read_namespaced_pod("spoofed-train-0-fake", "default")
+    assert not after.metadata.owner_references
+    assert "accelbench-operator" not in {m.manager for m in after.metadata.managed_fields or []}
+    env.core.delete_namespaced_pod("spoofed-train-0-fake", "default", grace_period_seconds=0)
+    env.kubectl("delete", FT, "spoofed")

@@ -234,6 +234,21 @@ def test_rejected_edit_of_a_running_run_keeps_it_observed(state: ControllerState
     assert (ready["status"], ready["reason"]) == ("False", "ApplyRejected")
 
 
+def test_a_child_a_resource_quota_refuses_is_said_and_retried_not_failed(state: ControllerState) -> None:
+    over = ApiException(status=403, reason="Forbidden")
+    over.body = json.dumps(
+        {"message": 'jobs.batch "gemma-lora" is forbidden: exceeded quota: q, requested: count/jobs.batch=1'}
+    )
+    state.kube = FakeKube(over)  # type: ignore[assignment]
+    outcome = run(state, copy.deepcopy(MANIFEST))
+    assert outcome.label == "quota" and outcome.requeue_after == 30.0 and not outcome.retry
+    status = written(state)
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "QuotaExceeded")
+    assert "exceeded quota: q" in status["message"] and "phase" not in status  # nothing ran: not failed
+    assert [e[1] for e in state.kube.events] == ["QuotaExceeded"]  # type: ignore[attr-defined]
+
+
 # --- objects it does not own (issue 14) ----------------------------------------------------------
 
 

@@ -429,10 +429,15 @@ def test_kueue_owns_suspend_once_the_job_exists() -> None:
         "metadata": {"name": "g-train", "labels": {"kueue.x-k8s.io/queue-name": "tpu"}},
         "spec": {"suspend": True, "parallelism": 2},
     }
-    assert leave_suspend_to_kueue(job, [])["spec"]["suspend"] is True  # created suspended
-    assert leave_suspend_to_kueue(job, ["g-train"])["spec"] == {"parallelism": 2}
+    waiting = {"g-train": {"spec": {"suspend": True}}}
+    admitted = {"g-train": {"spec": {"suspend": False}}}
+    assert leave_suspend_to_kueue(job, {})["spec"]["suspend"] is True  # created suspended
+    # Re-applied before admission: still ours, still true (left out, server-side apply would unset it
+    # and the Job would start without Kueue's admission: seen in the e2e suite).
+    assert leave_suspend_to_kueue(job, waiting)["spec"] == {"parallelism": 2, "suspend": True}
+    assert leave_suspend_to_kueue(job, admitted)["spec"] == {"parallelism": 2}  # Kueue's now
     plain = {**job, "metadata": {"name": "g-train"}}
-    assert leave_suspend_to_kueue(plain, ["g-train"])["spec"]["suspend"] is True  # the user's own suspend
+    assert leave_suspend_to_kueue(plain, admitted)["spec"]["suspend"] is True  # the user's own suspend
 
 
 def _job_body(name: str, suspend: bool) -> dict[str, Any]:

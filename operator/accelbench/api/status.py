@@ -52,6 +52,7 @@ class Reason(StrEnum):
     JOB_DELETED = "JobDeleted"  # the child Job vanished before its completion was observed
     POD_CREATE_FAILED = "FailedCreate"  # the apiserver refused the Job's pods (quota, Pod Security, ...)
     NAME_CONFLICT = "NameConflict"  # a child's name is taken by an object this resource does not own
+    QUOTA_EXCEEDED = "QuotaExceeded"  # a ResourceQuota refused a child (retried while quota frees up)
     # A worker's own failure, as its report's error.type: the run's Failed condition carries it.
     INVALID_CONFIG = "InvalidConfig"
     OBJECT_NOT_FOUND = "ObjectNotFound"

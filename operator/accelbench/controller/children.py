@@ -29,17 +29,24 @@ def build_children(
     return plan, render(resource, plan, catalog, server_admitted)
 
 
-def leave_suspend_to_kueue(obj: Mapping[str, Any], existing: Iterable[str]) -> dict[str, Any]:
-    """Drop spec.suspend from a Kueue-queued Job that already exists.
+def leave_suspend_to_kueue(obj: Mapping[str, Any], live: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """spec.suspend of a Kueue-queued Job that already exists (`live`: the owned Jobs by name) is
+    Kueue's to change, so a re-apply (a spec edit, a pass repeated after a status conflict) keeps it:
 
-    Kueue flips suspend to false on admission; re-applying our rendered `suspend: true` with force (on
-    an operator restart or a spec edit) would take the field back and stop a running Job.
+    - not admitted yet (live suspend true): apply `true` again. Leaving the field out would drop the
+      operator's ownership of it, server-side apply would then remove it, and the Job would start
+      without Kueue's admission;
+    - admitted (live suspend false, now Kueue's field): leave it out; applying our rendered `true`
+      with force would take the field back and stop a running Job.
     """
     child = dict(obj)
     labels = (child.get("metadata") or {}).get("labels") or {}
-    name = (child.get("metadata") or {}).get("name")
-    if child.get("kind") == "Job" and LABEL_KUEUE_QUEUE in labels and name in set(existing):
-        child["spec"] = {k: v for k, v in (child.get("spec") or {}).items() if k != "suspend"}
+    existing = live.get(str((child.get("metadata") or {}).get("name")))
+    if child.get("kind") == "Job" and LABEL_KUEUE_QUEUE in labels and existing is not None:
+        spec = {k: v for k, v in (child.get("spec") or {}).items() if k != "suspend"}
+        if (existing.get("spec") or {}).get("suspend") is True:
+            spec["suspend"] = True
+        child["spec"] = spec
     return child
 
 

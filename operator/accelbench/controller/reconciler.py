@@ -69,6 +69,9 @@ RUNNING_PASS_S = float(os.environ.get(ENV_OPERATOR_OBSERVE_INTERVAL, "5"))
 WAITING_PASS_S = 15.0  # graces (report, vanished Job) and FailedCreate of an unfinished run
 CONFLICT_RETRY_S = 30.0  # a foreign object holds a child's name: look again (the user may remove it)
 PREVIOUS_RUN_RETRY_S = 3.0  # the same-named resource's old child is being garbage-collected
+QUOTA_RETRY_S = 30.0  # a ResourceQuota refused a child: apply again once others may have freed it
+# How the apiserver's quota admission words its 403s (the second before the quota is first counted).
+QUOTA_REFUSALS = ("exceeded quota", "status unknown for quota")
 
 
 @dataclass(frozen=True)
@@ -125,6 +128,13 @@ def _conflict(w: Writes, message: str, generation: int | None) -> None:
     if ready is None or ready.reason != Reason.NAME_CONFLICT.value or w.status.get("message") != message:
         w.event("Warning", Reason.NAME_CONFLICT.value, message)
     w.update(not_ready_status(w.status, message, generation, Reason.NAME_CONFLICT.value))
+
+
+def _over_quota(w: Writes, message: str, generation: int | None) -> None:
+    ready = find_condition(parse_conditions(w.status.get("conditions")), ConditionType.READY.value)
+    if ready is None or ready.reason != Reason.QUOTA_EXCEEDED.value:
+        w.event("Warning", Reason.QUOTA_EXCEEDED.value, message)
+    w.update(not_ready_status(w.status, message, generation, Reason.QUOTA_EXCEEDED.value))
 
 
 def foreign_holder(
@@ -186,7 +196,8 @@ def ensure_children(
     except (ValueError, KeyError) as exc:
         return Outcome(_refuse(w, spec_error_message(exc), generation, now))
 
-    children = [leave_suspend_to_kueue(obj, owned_jobs) for obj in rendered.objects]
+    live = {str((j.get("metadata") or {}).get("name")): j for j in jobs}
+    children = [leave_suspend_to_kueue(obj, live) for obj in rendered.objects]
     chosen = [c for c in children if only in (None, (c["kind"], c["metadata"]["name"]))]
     for child in chosen:
         held = foreign_holder(_holder(state, child, owned_jobs), uid, kind, name)
@@ -206,6 +217,9 @@ def ensure_children(
                 w.update({"observedGeneration": generation})  # handled: not re-applied on every pass
                 w.event("Warning", APPLY_REJECTED, refusal)
                 return Outcome("rejected")
+            if exc.status == 403 and any(q in api_error_message(exc) for q in QUOTA_REFUSALS):
+                _over_quota(w, f"a ResourceQuota refused {ref}: {api_error_message(exc)}", generation)
+                return Outcome("quota", requeue_after=QUOTA_RETRY_S)
             raise RetryLater(f"applying {ref} failed ({exc.status}): {api_error_message(exc)}") from exc
         except (HTTPError, OSError) as exc:
             raise RetryLater(f"applying {ref} failed: {exc}") from exc
