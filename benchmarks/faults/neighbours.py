@@ -68,6 +68,7 @@ def _load(name: str, path: Path) -> Any:
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
@@ -420,7 +421,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         p99_base = (baseline["pod_running_to_status_running_s"] or {}).get("p99")
         return {
             "benchmark": "hostile neighbours (issue 14)",
-            "command": "python " + " ".join([str(Path(sys.argv[0]).relative_to(ROOT)), *sys.argv[1:]]),
+            "command": "python "
+            + " ".join([str(Path(sys.argv[0]).resolve().relative_to(ROOT)), *sys.argv[1:]]),
             "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "machine": scale.machine(),
             "config": vars(args),

@@ -285,10 +285,22 @@ class Api:
         content_type: str = "application/json",
     ) -> Any:
         headers = {"Accept": "application/json", "Content-Type": content_type}
-        serialized = self.client.param_serialize(
-            method=method, resource_path=path, query_params=query or [], header_params=headers, body=body
+        if hasattr(self.client, "param_serialize"):  # kubernetes >= 37 (openapi-generator 7)
+            serialized = self.client.param_serialize(
+                method=method, resource_path=path, query_params=query or [], header_params=headers, body=body
+            )
+            return self.client.call_api(*serialized, _request_timeout=timeout)
+        # Older clients: the REST layer itself, which leaves the status to us when not preloading.
+        self.client.update_params_for_auth(headers, query or [], ["BearerToken"])
+        return self.client.rest_client.request(
+            method,
+            self.client.configuration.host + path,
+            query_params=query or [],
+            headers=headers,
+            body=body,
+            _preload_content=False,
+            _request_timeout=timeout,
         )
-        return self.client.call_api(*serialized, _request_timeout=timeout)
 
     def json(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
         resp = self.request(method, path, **kw)
@@ -312,7 +324,7 @@ class Api:
                     resp = self.request("GET", path, query=q, timeout=(10, 90))
                     if resp.status != 200:
                         raise ApiException(http_resp=resp)
-                    for line in resp.response:
+                    for line in getattr(resp, "response", resp):  # the urllib3 response
                         if not line.strip():
                             continue
                         event = json.loads(line)

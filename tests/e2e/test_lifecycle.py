@@ -7,7 +7,9 @@ created again for a run that started."""
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -83,21 +85,65 @@ def test_ttl_zero_keeps_the_result_and_the_operator_cleans_up_after_storing_it(
     assert after["phase"] == "Succeeded" and after["results"] == obj["status"]["results"]
 
 
+@contextlib.contextmanager
+def operator_away(env: Env, away: bool) -> Iterator[None]:
+    """The fault happens with the operator stopped (and it starts again after), or running."""
+    if away:
+        env.operator.stop()
+    try:
+        yield
+    finally:
+        if away:
+            env.operator.start()
+
+
+@pytest.mark.parametrize("away", [False, True], ids=["operator-running", "operator-down"])
 def test_a_job_deleted_mid_run_fails_the_run_and_is_never_created_again(
-    env: Env, tiny: dict[str, str]
+    env: Env, tiny: dict[str, str], away: bool
 ) -> None:
-    env.apply(run("deleted-mid-run", tiny, 100_000))
-    wait_for(lambda: phase_of(env, "deleted-mid-run") == "Running", timeout=120, what="Running")
-    env.kubectl("delete", "job", "deleted-mid-run-train", "--wait=false")
-    obj = terminal(env, "deleted-mid-run", timeout=60)
+    name = f"deleted-mid-run-{int(away)}"
+    env.apply(run(name, tiny, 100_000))
+    wait_for(lambda: phase_of(env, name) == "Running", timeout=120, what="Running")
+    with operator_away(env, away):
+        env.kubectl("delete", "job", f"{name}-train", "--wait=false")
+        wait_for(lambda: not jobs_of(env, name), timeout=60, what="the Job gone")
+    obj = terminal(env, name, timeout=60)
     assert obj["status"]["phase"] == "Failed"
     failed = condition(obj, "Failed")
     assert failed["reason"] == "JobDeleted" and "not started again" in failed["message"], failed
     assert condition(obj, "ResultValid")["reason"] == "ResultMissing"
-    env.operator.restart()  # the resume handler must not re-create it either
+    env.operator.restart()  # a restart must not re-create it either
     time.sleep(8)
-    assert not [j for j in jobs_of(env, "deleted-mid-run") if not j.metadata.deletion_timestamp]
-    assert phase_of(env, "deleted-mid-run") == "Failed"
+    assert not [j for j in jobs_of(env, name) if not j.metadata.deletion_timestamp]
+    assert phase_of(env, name) == "Failed"
+
+
+@pytest.mark.parametrize("away", [False, True], ids=["operator-running", "operator-down"])
+def test_pods_deleted_after_completion_keep_the_result_or_say_it_is_missing(
+    env: Env, tiny: dict[str, str], away: bool
+) -> None:
+    """Pod garbage collection (or a reclaimed node) after the run ended. Observed before: the result
+    is in status and stays. Gone before the operator could read it: Succeeded (the Job says so) with
+    ResultMissing saying why; never a second Job."""
+    name = f"pods-gone-{int(away)}"
+    env.apply(run(name, tiny, 4))
+    wait_for(lambda: phase_of(env, name) == "Running", timeout=120, what="Running")
+    (job,) = jobs_of(env, name)
+    with operator_away(env, away):
+        wait_for(lambda: completed(env, job.metadata.name), timeout=180, what="the Job complete")
+        if not away:
+            stored = terminal(env, name)
+        env.kubectl("delete", "pods", "-l", f"job-name={job.metadata.name}", "--wait=true")
+    obj = terminal(env, name, timeout=120)
+    assert obj["status"]["phase"] == "Succeeded", obj["status"]
+    if away:
+        valid = condition(obj, "ResultValid")
+        assert (valid["status"], valid["reason"]) == ("False", "ResultMissing"), valid
+    else:
+        time.sleep(5)
+        after = env.get(FT, name)["status"]
+        assert after["results"] == stored["status"]["results"] and after["results"]["steps"] == 4
+    assert {j.metadata.uid for j in jobs_of(env, name)} <= {job.metadata.uid}
 
 
 def test_a_run_that_completes_while_the_operator_is_down_is_observed_once_it_is_back(
@@ -117,19 +163,25 @@ def test_a_run_that_completes_while_the_operator_is_down_is_observed_once_it_is_
     wait_for(lambda: not jobs_of(env, "down-across"), timeout=60, what="cleanup after the result was stored")
 
 
-def test_a_deleted_bench_client_fails_the_bench_and_stops_its_server(env: Env, tiny: dict[str, str]) -> None:
+@pytest.mark.parametrize("away", [False, True], ids=["operator-running", "operator-down"])
+def test_a_deleted_bench_client_fails_the_bench_and_stops_its_server(
+    env: Env, tiny: dict[str, str], away: bool
+) -> None:
+    name = f"client-gone-{int(away)}"
     body = yaml.safe_load((ROOT / "examples/quickstart/inference-tiny-cpu.yaml").read_text())
-    body["metadata"]["name"] = "client-gone"
+    body["metadata"]["name"] = name
     body["spec"]["model"]["uri"] = tiny["model"]
     body["spec"]["workload"].update({"inputLengths": [16], "concurrency": [1], "requestsPerPoint": 200})
     env.apply(body)
-    wait_for(
-        lambda: phase_of(env, "client-gone", "inferencebenches") == "Running", timeout=180, what="Running"
-    )
-    env.kubectl("delete", "job", "client-gone-client", "--wait=false")
-    obj = terminal(env, "client-gone", plural="inferencebenches", timeout=60)
+    wait_for(lambda: phase_of(env, name, "inferencebenches") == "Running", timeout=180, what="Running")
+    with operator_away(env, away):
+        env.kubectl("delete", "job", f"{name}-client", "--wait=false")
+    back = time.monotonic()  # the client is gone and the operator is up (again, or throughout)
+    obj = terminal(env, name, plural="inferencebenches", timeout=60)
     assert (obj["status"]["phase"], condition(obj, "Failed")["reason"]) == ("Failed", "JobDeleted")
-    wait_for(lambda: not jobs_of(env, "client-gone"), timeout=30, what="the server Job stopped")
+    wait_for(lambda: not jobs_of(env, name), timeout=30, what="the server Job stopped")
+    how = "the operator came back" if away else "the client went"
+    print(f"server Job stopped {time.monotonic() - back:.1f} s after {how}")
 
 
 def test_cost_keeps_the_hours_before_a_suspend_and_adds_the_resumed_segment(

@@ -249,6 +249,42 @@ def test_a_child_a_resource_quota_refuses_is_said_and_retried_not_failed(state: 
     assert [e[1] for e in state.kube.events] == ["QuotaExceeded"]  # type: ignore[attr-defined]
 
 
+def failed_after(reason: str, started: bool) -> dict[str, Any]:
+    """A run that failed, Ready=False for `reason`, edited since (generation 3, observed 2)."""
+    body = copy.deepcopy(MANIFEST)
+    body["metadata"]["generation"] = 3
+    ready = {
+        "type": "Ready",
+        "status": "False",
+        "reason": reason,
+        "lastTransitionTime": "2026-05-04T10:00:00Z",
+    }
+    body["status"] = {**PRICED, "phase": "Failed", "observedGeneration": 2, "conditions": [ready]}
+    if started:
+        body["status"]["startTime"] = "2026-05-04T10:00:00Z"
+    return body
+
+
+def test_a_failed_run_is_never_applied_again_whatever_its_ready_condition_says(
+    state: ControllerState,
+) -> None:
+    """Found by the lifecycle fuzz: an edit the Job's immutability refused (Ready=False ApplyRejected),
+    the run failed, its Job went (TTL, or by hand), one more edit: the run was applied again, went
+    back to Pending and ran a second Job."""
+    for reason in ("ApplyRejected", "ReconcileError", "NameConflict"):
+        state.kube.status_writes.clear()  # type: ignore[attr-defined]
+        outcome = run(state, failed_after(reason, started=True))  # no Job left
+        assert state.kube.applied == [] and outcome.label != "applied", reason  # type: ignore[attr-defined]
+        # The edit is acknowledged (Flux and Argo CD read a run whose observedGeneration lags as
+        # still reconciling) and nothing else about the run changes.
+        assert written(state) == {"observedGeneration": 3}, reason
+
+
+def test_a_spec_refused_before_anything_ran_is_applied_once_fixed(state: ControllerState) -> None:
+    outcome = run(state, failed_after("InvalidSpec", started=False))
+    assert outcome.label == "applied" and state.kube.applied  # type: ignore[attr-defined]
+
+
 # --- objects it does not own (issue 14) ----------------------------------------------------------
 
 

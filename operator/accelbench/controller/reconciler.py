@@ -366,6 +366,11 @@ def reconcile(snap: Snapshot, state: ControllerState, now: datetime) -> Outcome:
             outcome = ensure_children(body, w, state, snap.jobs, now)
         else:
             outcome = observe_children(snap, w, state, now)
+            if finished(w.status) and w.status.get("observedGeneration") != generation:
+                # An edit of a run that ended changes nothing (it is never run again); saying it was
+                # seen lets kstatus-based tools (Flux, Argo CD) read the run as settled, not as
+                # reconciling forever (found by the lifecycle fuzz).
+                w.update({"observedGeneration": generation})
     except RetryLater as exc:
         # Said in the status too (a missing RBAC rule reads there, not only in the operator's log);
         # with the apiserver away that write fails as well, and the retry is all there is.

@@ -69,9 +69,17 @@ def is_terminal(status: Mapping[str, Any]) -> bool:
 
 
 def finished(status: Mapping[str, Any]) -> bool:
-    """A run that started and ended is never re-run by a restart or an edit (it would cost money)."""
+    """A run that ended is never re-run by a restart or an edit (it would cost money), whatever its
+    Ready condition says (an edit refused by the Job's immutability leaves Ready=False on a run that
+    ran: the lifecycle fuzz re-ran one through that gap). The one end a new generation may leave is
+    a spec the operator refused before anything ran: fixing the spec is how the user goes on."""
+    if not is_terminal(status):
+        return False
     ready = find_condition(parse_conditions(status.get("conditions")), ConditionType.READY.value)
-    return is_terminal(status) and ready is not None and ready.status == "True"
+    refused_before_start = (
+        ready is not None and ready.reason == Reason.INVALID_SPEC.value and not status.get("startTime")
+    )
+    return not refused_before_start
 
 
 def not_ready_status(
