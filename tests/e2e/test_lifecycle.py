@@ -136,8 +136,15 @@ def test_pods_deleted_after_completion_keep_the_result_or_say_it_is_missing(
         env.kubectl("delete", "pods", "-l", f"job-name={job.metadata.name}", "--wait=true")
     obj = terminal(env, name, timeout=120)
     assert obj["status"]["phase"] == "Succeeded", obj["status"]
-    if away:
-        valid = condition(obj, "ResultValid")
+    if away:  # the report is waited for REPORT_GRACE after the Job's completion, then called missing
+        valid = wait_for(
+            lambda: next(
+                (c for c in env.get(FT, name)["status"].get("conditions", []) if c["type"] == "ResultValid"),
+                None,
+            ),
+            timeout=60,
+            what="ResultValid",
+        )
         assert (valid["status"], valid["reason"]) == ("False", "ResultMissing"), valid
     else:
         time.sleep(5)

@@ -13,6 +13,7 @@ import pytest
 from e2e_env import Env, wait_for
 from kubernetes import client
 from test_lifecycle import FT, jobs_of, run
+from test_operator import finetune
 
 
 @pytest.fixture(scope="module")
@@ -39,18 +40,9 @@ def namespace(env: Env, name: str, labels: dict[str, str] | None = None) -> None
 
 def on_pool(name: str, ns: str, accelerator: dict[str, Any]) -> dict[str, Any]:
     """A run on a kwok pool: its pods are admitted or refused for real, no worker process runs."""
-    return {
-        "apiVersion": "accelbench.io/v1alpha1",
-        "kind": "FinetuneJob",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "model": {"uri": "gs://bucket/models/llama-3.1-8b", "family": "llama", "size": "8b"},
-            "dataset": {"uri": "gs://bucket/data/chat.jsonl"},
-            "method": {"type": "lora", "rank": 16},
-            "training": {"seqLength": 1024, "globalBatchSize": 8, "maxSteps": 10},
-            "accelerator": accelerator,
-        },
-    }
+    body = finetune(name, accelerator)
+    body["metadata"]["namespace"] = ns
+    return body
 
 
 def pods_in(env: Env, ns: str, name: str) -> list[Any]:
