@@ -140,3 +140,127 @@ def test_unexpected_exception_inside_parsing_is_contained(monkeypatch: pytest.Mo
     result = module.ingest("{}", "FinetuneJob")
     assert result.condition.reason == "ResultInvalid"
     assert "RuntimeError" in result.condition.message
+
+
+# --- bad numbers never reach status (issue 15) ---------------------------------------------------
+
+INT64_MAX = 2**63 - 1
+
+
+def _with(report: dict[str, Any], path: tuple[Any, ...], value: Any) -> dict[str, Any]:
+    out = json.loads(json.dumps(report))
+    node = out
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    return out
+
+
+@pytest.mark.parametrize(
+    ("report", "path", "value", "field"),
+    [
+        (FINETUNE_REPORT, ("finetune", "finalLoss"), float("nan"), "finetune.finalLoss"),
+        (FINETUNE_REPORT, ("finetune", "tokensPerSecond"), float("inf"), "finetune.tokensPerSecond"),
+        (FINETUNE_REPORT, ("finetune", "mfu"), 1.2, "finetune.mfu"),
+        (FINETUNE_REPORT, ("finetune", "trainedTokens"), 2**70, "finetune.trainedTokens"),
+        (FINETUNE_REPORT, ("timings", "trainSeconds"), -1e30, "timings.trainSeconds"),
+        (BENCH_REPORT, ("bench", "cells", 0, "ttftP50Ms"), -1e30, "bench.cells.0.ttftP50Ms"),
+        (BENCH_REPORT, ("bench", "cells", 0, "errors"), 2**70, "bench.cells.0.errors"),
+        (BENCH_REPORT, ("bench", "serverStartupSeconds"), -5.0, "bench.serverStartupSeconds"),
+        (BENCH_REPORT, ("bench", "cells", 0, "attainment"), 1.5, "bench.cells.0.attainment"),
+    ],
+)
+def test_a_number_no_status_can_hold_is_result_invalid_naming_the_field(
+    report: dict[str, Any], path: tuple[Any, ...], value: Any, field: str
+) -> None:
+    kind = "FinetuneJob" if report["kind"] == "finetune" else "InferenceBench"
+    result = ingest(json.dumps(_with(report, path, value)), kind)  # json.dumps writes NaN as the worker could
+    assert not result.valid and result.condition.reason == "ResultInvalid"
+    assert field in result.condition.message, result.condition.message
+
+
+def test_throughput_beyond_the_chips_peak_is_result_invalid() -> None:
+    """2 chips × 989 TFLOP/s cannot train a 6 GFLOP/token model at 1M tokens/s (6e15 > 1.98e15)."""
+    report = _with(FINETUNE_REPORT, ("finetune", "tokensPerSecond"), 1e6)
+    report["finetune"].update({"flopsPerToken": 6e9, "peakTflopsPerChip": 989.0})
+    result = ingest(json.dumps(report), "FinetuneJob")
+    assert not result.valid and "finetune.tokensPerSecond" in result.condition.message
+    report["finetune"]["tokensPerSecond"] = 1.5e5  # 9e14: possible
+    assert ingest(json.dumps(report), "FinetuneJob").valid
+
+
+def test_fields_a_newer_worker_adds_are_tolerated() -> None:
+    report = json.loads(json.dumps(FINETUNE_REPORT))
+    report["futureSection"] = {"x": 1}
+    report["finetune"]["tokensPerSecondP99"] = 4000.0
+    result = ingest(json.dumps(report), "FinetuneJob")
+    assert result.valid and result.results.tokens_per_second == 4200.0
+    bench = json.loads(json.dumps(BENCH_REPORT))
+    bench["bench"]["cells"][0]["kvCacheHitRate"] = 0.4
+    assert ingest(json.dumps(bench), "InferenceBench").valid
+
+
+ODD_VALUES: list[Any] = [
+    float("nan"), float("inf"), -float("inf"), -1e30, 1e308, -1, 0, 2**70, -(2**70), 1.5, 1e19,
+    "x" * 300, "", None, True, [], {}, [1.0, float("nan")], {"k": 2**64},
+]  # fmt: skip
+
+
+def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            out.append((*prefix, key))
+            out += _paths(value, (*prefix, key))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            out.append((*prefix, index))
+            out += _paths(value, (*prefix, index))
+    return out
+
+
+def _status_safe(value: Any) -> bool:
+    """What a status write can carry: finite numbers, integers within int64."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return True
+    if isinstance(value, float):
+        return value == value and abs(value) != float("inf")
+    if isinstance(value, int):
+        return -INT64_MAX - 1 <= value <= INT64_MAX
+    if isinstance(value, list):
+        return all(_status_safe(v) for v in value)
+    return all(_status_safe(v) for v in value.values())
+
+
+def test_mutated_reports_never_carry_a_bad_number_into_status() -> None:
+    """20,000 reports, each with 1-3 fields replaced by odd values (or an unknown field added): no
+    exception, and whatever is accepted is finite, within int64 and physically possible. The larger
+    count with a dry-run status write on the real apiserver is issue 15's benchmark (not yet built)."""
+    import random
+
+    rng = random.Random(15)
+    seeds = [("FinetuneJob", FINETUNE_REPORT), ("InferenceBench", BENCH_REPORT)]
+    accepted = 0
+    for _ in range(20_000):
+        kind, seed = rng.choice(seeds)
+        report = json.loads(json.dumps(seed))
+        for _ in range(rng.randint(1, 3)):
+            path = rng.choice(_paths(report))
+            if rng.random() < 0.1:
+                path = (*path[:-1], "unknownField")
+            try:
+                report = _with(report, path, rng.choice(ODD_VALUES))
+            except (KeyError, IndexError, TypeError):
+                continue
+        result = ingest(json.dumps(report), kind)
+        if result.valid:
+            accepted += 1
+            wire = result.results.to_wire()
+            json.dumps(wire, allow_nan=False)
+            assert _status_safe(wire), wire
+            if kind == "FinetuneJob":
+                assert 0 <= (wire.get("mfu") or 0) <= 1 and wire["tokensPerSecond"] >= 0
+            else:
+                for cell in wire.get("cells", []):
+                    assert all(v >= 0 for k, v in cell.items() if k.endswith(("Ms", "PerSecond")))
+    assert accepted > 500  # mutations that keep a report valid were accepted, not everything refused

@@ -68,6 +68,19 @@ def test_garbage_pages_give_nothing_and_never_raise() -> None:
     assert parse_progress(nan_loss, NOW) == {"step": 3, "updatedAt": "2026-12-02T21:00:00Z"}
 
 
+def test_a_page_whose_numbers_no_status_can_hold_gives_nothing() -> None:
+    """A step of 1e19 does not fit int64 (the apiserver would refuse the status write); a negative
+    step or an MFU of 3 is not progress. The page is ignored, the last good progress stays."""
+    for page in (
+        "accelbench_worker_step 1e19\n",
+        "accelbench_worker_step -4\n",
+        "accelbench_worker_step 3\naccelbench_worker_mfu 3.0\n",
+        "accelbench_worker_step 3\naccelbench_worker_tokens_per_second -1\n",
+    ):
+        assert parse_progress(page, NOW) is None, page
+    assert parse_progress("accelbench_worker_step 3\naccelbench_worker_mfu 0.4\n", NOW) is not None
+
+
 def test_same_progress_ignores_the_read_time() -> None:
     a = {"step": 3, "loss": 1.0, "updatedAt": "t1"}
     assert same_progress(a, {**a, "updatedAt": "t2"}) and not same_progress(a, {**a, "step": 4})

@@ -4,11 +4,26 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
 GROUP = "accelbench.io"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
+INT64_MAX = 2**63 - 1  # the apiserver stores integers as int64: a larger one fails the status write
+
+
+def _in_int64(value: Any) -> Any:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and not -INT64_MAX - 1 <= value <= INT64_MAX:
+        raise ValueError(f"{value} does not fit a 64-bit integer")
+    if isinstance(value, list | tuple):
+        for item in value:
+            _in_int64(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _in_int64(item)
+    return value
 
 
 def to_camel(name: str) -> str:
@@ -25,7 +40,15 @@ class ApiModel(BaseModel):
         populate_by_name=True,
         extra="forbid",
         validate_assignment=True,
+        # NaN and infinities have no JSON form the apiserver accepts; they are refused where they
+        # enter (a spec, a worker report, a scraped page), never met in a status write.
+        allow_inf_nan=False,
     )
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _int64(cls, value: Any) -> Any:
+        return _in_int64(value)
 
     def to_wire(self) -> dict[str, Any]:
         """The manifest form: camelCase keys, unset optional fields left out."""

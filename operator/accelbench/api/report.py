@@ -7,12 +7,16 @@ The compact form goes to the termination-message file, which the kubelet caps at
 from __future__ import annotations
 
 import json
+import logging
 from enum import StrEnum
+from typing import Any
 
-from pydantic import Field
+from pydantic import Field, ValidationError, model_validator
 
 from .base import ApiModel
 from .status import BenchResults, PassAtKResults
+
+log = logging.getLogger(__name__)
 
 TERMINATION_MESSAGE_LIMIT = 4096
 REPORT_SCHEMA_VERSION = 1
@@ -33,7 +37,7 @@ class FinetuneMetrics(ApiModel):
     trained_tokens: int = Field(ge=0, description="Tokens that carry loss, after masking.")
     tokens_per_second: float = Field(ge=0, description="Trained tokens per second of steady-state steps.")
     tokens_per_second_per_chip: float = Field(ge=0)
-    mfu: float | None = Field(default=None, ge=0, le=1.5)
+    mfu: float | None = Field(default=None, ge=0, le=1)
     flops_per_token: float | None = Field(default=None, ge=0)
     mfu_formula: str | None = Field(default=None, max_length=300)
     peak_tflops_per_chip: float | None = Field(default=None, gt=0)
@@ -76,6 +80,20 @@ class WorkerReport(ApiModel):
     memory: Memory | None = None
     versions: dict[str, str] = Field(default_factory=dict)
     error: WorkerError | None = None
+
+    @model_validator(mode="after")
+    def _physically_possible(self) -> WorkerReport:
+        """Tokens/s × FLOPs/token cannot exceed what the chips can do at their peak."""
+        ft = self.finetune
+        if ft is not None and ft.flops_per_token and ft.peak_tflops_per_chip:
+            achieved = ft.tokens_per_second * ft.flops_per_token
+            peak = self.chips * ft.peak_tflops_per_chip * 1e12
+            if achieved > peak * (1 + 1e-9):
+                raise ValueError(
+                    f"finetune.tokensPerSecond: {ft.tokens_per_second:.6g} tok/s × {ft.flops_per_token:.6g} "
+                    f"FLOPs/token is more than {self.chips} chip(s) × {ft.peak_tflops_per_chip:.6g} TFLOP/s"
+                )
+        return self
 
     def to_termination_message(self, limit: int = TERMINATION_MESSAGE_LIMIT) -> str:
         """Compact JSON under `limit` bytes: long lists are thinned, then dropped, before anything else."""
@@ -137,10 +155,46 @@ def parse_termination_message(text: str | None, limit: int = TERMINATION_MESSAGE
     version = data.get("schemaVersion")
     if version != REPORT_SCHEMA_VERSION:
         raise ReportError("ResultInvalid", f"report schemaVersion {version!r} is not {REPORT_SCHEMA_VERSION}")
-    try:
-        return WorkerReport.model_validate(data)
-    except ValueError as exc:
-        raise ReportError("ResultInvalid", f"report does not match the schema: {_short(str(exc))}") from None
+    # Fields this operator does not know are dropped and logged, not refused: a newer worker's
+    # report still reaches an older operator. Everything else is validated as the schema says.
+    for _ in range(3):
+        try:
+            return WorkerReport.model_validate(data)
+        except ValidationError as exc:
+            unknown = [e["loc"] for e in exc.errors() if e["type"] == "extra_forbidden"]
+            if not unknown or not all(_drop(data, loc) for loc in unknown):
+                raise ReportError(
+                    "ResultInvalid", f"report does not match the schema at {_first_error(exc)}"
+                ) from None
+            log.info("report fields this operator does not know were ignored: %s", _short(str(unknown)))
+        except ValueError as exc:
+            raise ReportError(
+                "ResultInvalid", f"report does not match the schema: {_short(str(exc))}"
+            ) from None
+    raise ReportError("ResultInvalid", "report has unknown fields at every level")
+
+
+def _drop(data: Any, loc: tuple[int | str, ...]) -> bool:
+    """Delete the field at `loc` (a pydantic error location) from the parsed JSON; False if absent."""
+    node = data
+    for key in loc[:-1]:
+        try:
+            node = node[key]
+        except (KeyError, IndexError, TypeError):
+            return False
+    if isinstance(node, dict) and loc[-1] in node:
+        del node[loc[-1]]
+        return True
+    return False
+
+
+def _first_error(exc: ValidationError) -> str:
+    """`finetune.mfu: Input should be less than or equal to 1` (and how many more)."""
+    errors = exc.errors()
+    first = errors[0]
+    where = ".".join(str(part) for part in first["loc"]) or "(report)"
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return _short(f"{where}: {first['msg']}{more}")
 
 
 def _short(text: str, limit: int = 300) -> str:

@@ -119,11 +119,11 @@ class Children(ApiModel):
 class Progress(ApiModel):
     """Rank 0's live figures, scraped by the operator from the worker's metrics while it runs."""
 
-    step: int | None = None
-    total_steps: int | None = None
+    step: int | None = Field(default=None, ge=0)
+    total_steps: int | None = Field(default=None, ge=0)
     loss: float | None = None
-    tokens_per_second: float | None = None
-    mfu: float | None = None
+    tokens_per_second: float | None = Field(default=None, ge=0)
+    mfu: float | None = Field(default=None, ge=0, le=1)
     updated_at: str | None = Field(default=None, description="When the operator read them (UTC).")
 
 
@@ -169,17 +169,17 @@ class PassAtKResults(ApiModel):
 
 
 class FinetuneResults(ApiModel):
-    tokens_per_second: float
-    tokens_per_second_per_chip: float
-    mfu: float | None = None
+    tokens_per_second: float = Field(ge=0)
+    tokens_per_second_per_chip: float = Field(ge=0)
+    mfu: float | None = Field(default=None, ge=0, le=1)
     mfu_formula: str | None = None
-    trained_tokens: int
-    steps: int
+    trained_tokens: int = Field(ge=0)
+    steps: int = Field(ge=0)
     first_loss: float | None = None
     final_loss: float | None = None
     eval_loss: float | None = None
-    perplexity: float | None = None
-    train_seconds: float | None = None
+    perplexity: float | None = Field(default=None, ge=0)
+    train_seconds: float | None = Field(default=None, ge=0)
     device: str | None = None
     pass_at_k: PassAtKResults | None = None
 
@@ -187,38 +187,38 @@ class FinetuneResults(ApiModel):
 class BenchCell(ApiModel):
     """One point of the sweep: an input length at a concurrency (closed loop) or a rate (open loop)."""
 
-    input_length: int
-    concurrency: int | None = None
-    request_rate: float | None = None
-    ttft_p50_ms: float | None = None
-    ttft_p99_ms: float | None = None
-    tpot_p50_ms: float | None = None
-    tpot_p99_ms: float | None = None
-    itl_p50_ms: float | None = None
-    itl_p99_ms: float | None = None
-    e2e_p50_ms: float | None = None
-    e2e_p99_ms: float | None = None
-    output_tokens_per_second: float | None = None
-    requests_per_second: float | None = None
+    input_length: int = Field(ge=0)
+    concurrency: int | None = Field(default=None, ge=1)
+    request_rate: float | None = Field(default=None, ge=0)
+    ttft_p50_ms: float | None = Field(default=None, ge=0)
+    ttft_p99_ms: float | None = Field(default=None, ge=0)
+    tpot_p50_ms: float | None = Field(default=None, ge=0)
+    tpot_p99_ms: float | None = Field(default=None, ge=0)
+    itl_p50_ms: float | None = Field(default=None, ge=0)
+    itl_p99_ms: float | None = Field(default=None, ge=0)
+    e2e_p50_ms: float | None = Field(default=None, ge=0)
+    e2e_p99_ms: float | None = Field(default=None, ge=0)
+    output_tokens_per_second: float | None = Field(default=None, ge=0)
+    requests_per_second: float | None = Field(default=None, ge=0)
     goodput_output_tokens_per_second: float | None = Field(
-        default=None, description="Output tokens/s of the requests that met the SLO."
+        default=None, ge=0, description="Output tokens/s of the requests that met the SLO."
     )
-    attainment: float | None = None
-    errors: int = 0
+    attainment: float | None = Field(default=None, ge=0, le=1)
+    errors: int = Field(default=0, ge=0)
 
 
 class BenchResults(ApiModel):
     cells: list[BenchCell] = Field(default_factory=list)
-    capacity_concurrency: int | None = Field(default=None, description="Largest level meeting the SLO.")
+    capacity_concurrency: int | None = Field(default=None, ge=1, description="Largest level meeting the SLO.")
     capacity_input_length: int | None = Field(
         default=None, description="The input length the capacity is for (the longest swept)."
     )
     binding_constraint: str | None = None
     first_failing_concurrency: int | None = None
-    peak_output_tokens_per_second: float | None = None
-    dollars_per_million_tokens_at_capacity: float | None = None
-    dollars_per_million_tokens_at_peak: float | None = None
-    server_startup_seconds: float | None = None
+    peak_output_tokens_per_second: float | None = Field(default=None, ge=0)
+    dollars_per_million_tokens_at_capacity: float | None = Field(default=None, ge=0)
+    dollars_per_million_tokens_at_peak: float | None = Field(default=None, ge=0)
+    server_startup_seconds: float | None = Field(default=None, ge=0)
     price_source: str | None = None
 
 

@@ -36,6 +36,7 @@ from ..api.contract import (
     PROGRESS_GAUGES,
     Role,
 )
+from ..api.status import Progress
 from .observe import completion_index
 
 SCRAPE_TIMEOUT_SECONDS = 2.0
@@ -100,6 +101,10 @@ def parse_progress(text: str, now: datetime) -> dict[str, Any] | None:
     if "step" not in found:
         return None
     found["updatedAt"] = now.isoformat().replace("+00:00", "Z")
+    try:  # a step of 1e19 or an MFU of 3 is a broken page, not progress: it never reaches status
+        Progress.model_validate(found)
+    except ValueError:
+        return None
     return found
 
 
