@@ -11,7 +11,7 @@ import logging
 from enum import StrEnum
 from typing import Any
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError
 
 from .base import ApiModel
 from .status import BenchResults, PassAtKResults
@@ -81,20 +81,6 @@ class WorkerReport(ApiModel):
     versions: dict[str, str] = Field(default_factory=dict)
     error: WorkerError | None = None
 
-    @model_validator(mode="after")
-    def _physically_possible(self) -> WorkerReport:
-        """Tokens/s × FLOPs/token cannot exceed what the chips can do at their peak."""
-        ft = self.finetune
-        if ft is not None and ft.flops_per_token and ft.peak_tflops_per_chip:
-            achieved = ft.tokens_per_second * ft.flops_per_token
-            peak = self.chips * ft.peak_tflops_per_chip * 1e12
-            if achieved > peak * (1 + 1e-9):
-                raise ValueError(
-                    f"finetune.tokensPerSecond: {ft.tokens_per_second:.6g} tok/s × {ft.flops_per_token:.6g} "
-                    f"FLOPs/token is more than {self.chips} chip(s) × {ft.peak_tflops_per_chip:.6g} TFLOP/s"
-                )
-        return self
-
     def to_termination_message(self, limit: int = TERMINATION_MESSAGE_LIMIT) -> str:
         """Compact JSON under `limit` bytes: long lists are thinned, then dropped, before anything else."""
         report = self.model_copy(deep=True)
@@ -159,7 +145,7 @@ def parse_termination_message(text: str | None, limit: int = TERMINATION_MESSAGE
     # report still reaches an older operator. Everything else is validated as the schema says.
     for _ in range(3):
         try:
-            return WorkerReport.model_validate(data)
+            report = WorkerReport.model_validate(data)
         except ValidationError as exc:
             unknown = [e["loc"] for e in exc.errors() if e["type"] == "extra_forbidden"]
             if not unknown or not all(_drop(data, loc) for loc in unknown):
@@ -167,11 +153,32 @@ def parse_termination_message(text: str | None, limit: int = TERMINATION_MESSAGE
                     "ResultInvalid", f"report does not match the schema at {_first_error(exc)}"
                 ) from None
             log.info("report fields this operator does not know were ignored: %s", _short(str(unknown)))
+            continue
         except ValueError as exc:
             raise ReportError(
                 "ResultInvalid", f"report does not match the schema: {_short(str(exc))}"
             ) from None
+        if impossible := physically_impossible(report):
+            raise ReportError("ResultInvalid", f"report is physically impossible at {impossible}")
+        return report
     raise ReportError("ResultInvalid", "report has unknown fields at every level")
+
+
+def physically_impossible(report: WorkerReport) -> str | None:
+    """Tokens/s × FLOPs/token beyond what the chips can do at their peak: the measurement, the
+    FLOPs count or the catalog's peak is wrong, and the run's figures cannot be shown as measured.
+    Judged where reports are read (a worker still writes what it measured)."""
+    ft = report.finetune
+    if ft is None or not ft.flops_per_token or not ft.peak_tflops_per_chip:
+        return None
+    achieved = ft.tokens_per_second * ft.flops_per_token
+    peak = report.chips * ft.peak_tflops_per_chip * 1e12
+    if achieved <= peak * (1 + 1e-9):
+        return None
+    return (
+        f"finetune.tokensPerSecond: {ft.tokens_per_second:.6g} tok/s × {ft.flops_per_token:.6g} FLOPs/token "
+        f"is more than {report.chips} chip(s) × {ft.peak_tflops_per_chip:.6g} TFLOP/s can do"
+    )
 
 
 def _drop(data: Any, loc: tuple[int | str, ...]) -> bool:

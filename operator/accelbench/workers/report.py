@@ -79,7 +79,9 @@ def build_report(
     chips = max(outcome.chips, 1)
     utilization = None
     if flops_per_token and peak_tflops_per_chip:
-        utilization = min(mfu(tokens_per_second, flops_per_token, chips, peak_tflops_per_chip), 1.5)
+        utilization = mfu(tokens_per_second, flops_per_token, chips, peak_tflops_per_chip)
+        if utilization > 1:  # the peak or the FLOPs count is wrong: tokens/s stays, the operator judges it
+            utilization = None
     losses = [s.loss for s in outcome.steps if math.isfinite(s.loss)]
     eval_loss = _finite(outcome.eval_loss)
     metrics = FinetuneMetrics(
