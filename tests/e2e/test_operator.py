@@ -92,6 +92,15 @@ def test_every_example_is_accepted_by_the_apiserver(env: Env, example: Path) -> 
         ),
         ({"dataset": {"uri": "http://example.com/chat.jsonl"}}, "uri must be pvc://CLAIM/PATH"),
         ({"output": {"uri": "pvc://Bad_Claim/out"}}, "uri must be pvc://CLAIM/PATH"),
+        # Numbers the planner or the cost cannot hold (issue 15).
+        (
+            {"model": {"uri": "gs://b/m", "family": "llama", "size": "1" * 400 + "b"}},
+            "spec.model.size: Too long",
+        ),
+        (
+            {"pricing": {"source": "custom", "dollarsPerChipHour": 1e308}},
+            "should be less than or equal to 1000",
+        ),
     ],
 )
 def test_invalid_objects_are_refused_by_the_apiserver(env: Env, change: dict[str, Any], message: str) -> None:

@@ -154,10 +154,11 @@ def test_override_for_unknown_accelerator_is_refused() -> None:
         ({"prices.yaml": "h100: [1, 2"}, "not valid YAML"),
         ({"prices.yaml": "- h100\n- h200\n"}, "must map accelerator names"),
         ({"prices.yaml": "h100: 11.06\n"}, "must be a mapping"),
-        ({"prices.yaml": "h100: {onDemand: -1}\n"}, "non-negative number"),
-        ({"prices.yaml": "h100: {onDemand: cheap}\n"}, "non-negative number"),
-        ({"prices.yaml": "h100: {onDemand: yes}\n"}, "non-negative number"),
-        ({"prices.yaml": "h100: {onDemand: .nan}\n"}, "non-negative number"),
+        ({"prices.yaml": "h100: {onDemand: -1}\n"}, r"number of \$/chip-hour from 0 to 1000"),
+        ({"prices.yaml": "h100: {onDemand: cheap}\n"}, r"number of \$/chip-hour from 0 to 1000"),
+        ({"prices.yaml": "h100: {onDemand: yes}\n"}, r"number of \$/chip-hour from 0 to 1000"),
+        ({"prices.yaml": "h100: {onDemand: .nan}\n"}, r"number of \$/chip-hour from 0 to 1000"),
+        ({"prices.yaml": "h100: {onDemand: 1e308}\n"}, "from 0 to 1000"),  # once made the cost infinite
         ({"prices.yaml": "h100: {on_demand: 1}\n"}, "unknown fields"),
         ({"prices.yaml": "h100: {}\n"}, "sets no field"),
     ],
@@ -282,3 +283,13 @@ def test_image_override_for_an_unknown_accelerator_is_refused() -> None:
 
     with pytest.raises(CatalogError, match="unknown accelerator"):
         load_catalog(image_overrides={"a100": {"pytorch": "x"}})
+
+
+@pytest.mark.parametrize("size", ["1" * 400 + "b", "2000000b", "0b", "infb", "nanb"])
+def test_a_size_no_model_has_is_a_catalog_error_not_an_overflow(size: str) -> None:
+    """400 digits once raised OverflowError out of the planner (issue 15); admission now also caps
+    the field's length."""
+    from accelbench.catalog import parse_size
+
+    with pytest.raises(CatalogError, match="is not a count"):
+        parse_size(size)

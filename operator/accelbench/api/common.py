@@ -14,6 +14,11 @@ from .base import ApiModel, cel
 # gs://BUCKET[/PATH] or s3://BUCKET[/PATH] (3-223 characters of bucket name), file:///PATH, or a
 # path without a scheme (in the image, or a Hub id for a serving engine). Anything else (http://,
 # a typo like gcs://, pvc:/x) is refused at admission by the same rule the API server checks.
+# Sanity bounds where a typo would otherwise reach the planner or the cost: the dearest chip-hour on
+# any price list today is tens of dollars; the largest models have trillions of parameters.
+MAX_DOLLARS_PER_CHIP_HOUR = 1000.0
+MAX_PARAMETERS = 10**15
+
 STORAGE_URI_PATTERN = (
     r"^(pvc://[a-z0-9]([-a-z0-9.]*[a-z0-9])?(/.*)?"
     r"|(gs|s3)://[a-z0-9][-a-z0-9_.]{1,221}[a-z0-9](/.*)?"
@@ -84,10 +89,14 @@ class ModelSource(ApiModel):
     size: str | None = Field(
         default=None,
         pattern=r"^([0-9]+(\.[0-9]+)?[mMbB]|tiny)$",
+        max_length=12,  # 400 digits once overflowed the planner; no model has more than 999999b
         description="Parameter count such as 31b or 270m (tiny: test shapes); the catalog gives the shape.",
     )
     parameters: int | None = Field(
-        default=None, ge=1, description="Exact parameter count; overrides size for memory and FLOPs."
+        default=None,
+        ge=1,
+        le=MAX_PARAMETERS,
+        description="Exact parameter count; overrides size for memory and FLOPs.",
     )
 
 
@@ -155,7 +164,7 @@ class Pricing(ApiModel):
     }
 
     source: PriceSource = PriceSource.CATALOG
-    dollars_per_chip_hour: float | None = Field(default=None, ge=0)
+    dollars_per_chip_hour: float | None = Field(default=None, ge=0, le=MAX_DOLLARS_PER_CHIP_HOUR)
 
     @model_validator(mode="after")
     def _custom_needs_price(self) -> Pricing:

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from ..api.common import ModelSource
+from ..api.common import MAX_DOLLARS_PER_CHIP_HOUR, MAX_PARAMETERS, ModelSource
 from .types import (
     AcceleratorSpec,
     Catalog,
@@ -203,9 +203,15 @@ def _dollars(name: str, wire: str, value: Any) -> float | None:
     if value is None and wire == "spot":
         return None
     # bool is an int subclass: `onDemand: yes` must not become $1.
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not 0 <= value <= MAX_DOLLARS_PER_CHIP_HOUR
+    ):
         raise ValueError(
-            f"{PRICES_KEY}: {name}.{wire} must be a non-negative number of $/chip-hour, got {value!r}"
+            f"{PRICES_KEY}: {name}.{wire} must be a number of $/chip-hour from 0 to "
+            f"{MAX_DOLLARS_PER_CHIP_HOUR:g}, got {value!r}"
         )
     return float(value)
 
@@ -221,7 +227,7 @@ def parse_size(size: str) -> int:
         number = float(text[:-1])
     except ValueError:
         number = -1.0
-    if scale is None or number <= 0:
+    if scale is None or not 0 < number * (scale or 0) <= MAX_PARAMETERS:  # also inf from 400 digits
         raise CatalogError(f"model size {size!r} is not a count such as 31b or 270m")
     return round(number * scale)
 
