@@ -101,6 +101,8 @@ def test_every_example_is_accepted_by_the_apiserver(env: Env, example: Path) -> 
             {"pricing": {"source": "custom", "dollarsPerChipHour": 1e308}},
             "should be less than or equal to 1000",
         ),
+        ({"method": {"type": "lora", "rank": 8, "targetModules": []}}, "spec.method.targetModules"),
+        ({"training": {"seqLength": 1024, "seed": -1}}, "spec.training.seed"),
     ],
 )
 def test_invalid_objects_are_refused_by_the_apiserver(env: Env, change: dict[str, Any], message: str) -> None:

@@ -96,6 +96,8 @@ class Method(ApiModel):
     dropout: float = Field(default=0.0, ge=0, lt=1)
     target_modules: list[LoraTarget] = Field(
         default_factory=lambda: [LoraTarget(p) for p in LORA_PROJECTIONS],
+        min_length=1,  # an empty list once passed admission and failed inside the worker
+        max_length=32,
         description="Projections that get adapters (all-linear: every one); the default is every "
         "attention and MLP projection.",
     )
@@ -158,7 +160,7 @@ class Training(ApiModel):
     loss_on: LossOn = LossOn.COMPLETION
     packing: bool = True
     precision: Precision = Precision.BF16
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, le=2**31 - 1)
     flash_attention: bool = Field(
         default=True,
         description=(
@@ -285,7 +287,7 @@ class PassAtK(ApiModel):
         default=0.0, ge=0, le=10, description="0 = greedy (one sample per problem stands for all n)."
     )
     top_p: float = Field(default=1.0, gt=0, le=1)
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, le=2**31 - 1)
     batch_size: int = Field(default=16, ge=1, le=4096, description="Sequences generated together.")
     checker: Checker
 
@@ -314,7 +316,7 @@ class FinetuneJobSpec(RunControl):
     accelerator: Accelerator
     parallelism: Parallelism = Field(default_factory=Parallelism)
     image: str | None = Field(default=None, description="Worker image; defaults to the catalog's image.")
-    env: list[EnvVar] = Field(default_factory=list)
+    env: list[EnvVar] = Field(default_factory=list, max_length=64)
     resources: Resources | None = None
     output: Output | None = None
     pass_at_k: PassAtK | None = Field(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Annotated
 
 from pydantic import Field, model_validator
 
@@ -52,7 +53,7 @@ class Server(ApiModel):
     max_model_length: int | None = Field(default=None, ge=16)
     kv_cache_dtype: KvCacheDtype = KvCacheDtype.AUTO
     quantization: str | None = Field(default=None, description="Engine quantization name, e.g. fp8, awq.")
-    extra_args: list[str] = Field(default_factory=list)
+    extra_args: list[Annotated[str, Field(max_length=4096)]] = Field(default_factory=list, max_length=64)
     port: int = Field(default=8000, ge=1, le=65535)
     readiness_timeout_seconds: int = Field(default=1800, ge=10)
     deadline_seconds: int = Field(
@@ -62,7 +63,7 @@ class Server(ApiModel):
         "even with the operator gone (the operator stops it as soon as the client is done). A shorter "
         "spec.activeDeadlineSeconds wins.",
     )
-    env: list[EnvVar] = Field(default_factory=list)
+    env: list[EnvVar] = Field(default_factory=list, max_length=64)
     resources: Resources | None = None
 
     @model_validator(mode="after")
@@ -134,11 +135,13 @@ class Workload(ApiModel):
 
     input_lengths: list[int] = Field(default_factory=lambda: [512], min_length=1, max_length=64)
     output_length: int = Field(default=128, ge=1)
-    concurrency: list[int] = Field(default_factory=lambda: [1, 4, 16], max_length=64)
+    concurrency: list[Annotated[int, Field(le=100_000)]] = Field(
+        default_factory=lambda: [1, 4, 16], max_length=64
+    )
     request_rates: list[float] = Field(default_factory=list, max_length=64)
-    requests_per_point: int | None = Field(default=None, ge=1)
+    requests_per_point: int | None = Field(default=None, ge=1, le=1_000_000)
     seconds_per_point: float | None = Field(default=None, gt=0)
-    warmup_requests: int = Field(default=4, ge=0)
+    warmup_requests: int = Field(default=4, ge=0, le=100_000)
     dataset: PromptDataset = Field(default_factory=PromptDataset)
     ignore_eos: bool = True
     api: RequestApi = RequestApi.COMPLETIONS
@@ -220,6 +223,7 @@ class InferenceBenchSpec(RunControl):
     client_image: str | None = None
     env: list[EnvVar] = Field(
         default_factory=list,
+        max_length=64,
         description="For every pod of the bench (engine, model fetch, load generator): e.g. an object "
         "store's endpoint, credentials through secretKeyRef. server.env adds the engine's own.",
     )
