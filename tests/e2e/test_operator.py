@@ -74,6 +74,26 @@ def test_every_example_is_accepted_by_the_apiserver(env: Env, example: Path) -> 
     assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.parametrize("name", ["r" * 53, "Gemma-LoRA", "1st-run", "run.v2"])
+def test_a_name_that_cannot_make_its_children_is_refused(env: Env, name: str) -> None:
+    """53 characters: a pod's hostname <name>-train-<index> could pass 63; uppercase, a leading digit or
+    a dot are not DNS-1035 labels, which the run's Services need (issue 15: a 250-character name once
+    passed admission and failed later)."""
+    done = env.apply(finetune(name, {"type": "h100", "count": 1}), check=False)
+    assert done.returncode != 0
+    assert "metadata.name must be a DNS-1035 label" in done.stderr and "at most 52" in done.stderr, (
+        done.stderr
+    )
+
+
+def test_the_longest_name_allowed_makes_every_child(env: Env) -> None:
+    name = "r" * 52
+    env.apply(finetune(name, {"type": "h100", "count": 1}))
+    wait_for(lambda: condition(env.get(FT, name), "Ready"), what="children applied")
+    assert condition(env.get(FT, name), "Ready")["status"] == "True", env.get(FT, name)["status"]
+    delete(env, name)
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [

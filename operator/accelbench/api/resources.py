@@ -11,13 +11,19 @@ from .finetune import FinetuneJobSpec
 from .inference import InferenceBenchSpec
 from .status import FinetuneJobStatus, InferenceBenchStatus
 
+# A run's children are named <name>-train, <name>-results, ...; an Indexed Job's pods get the
+# hostname <name>-train-<index>, capped at 63 with indexes up to 4 digits; Services need DNS-1035
+# labels. A name that cannot make its children is refused (the CRD's rule says so at admission).
+MAX_NAME_LENGTH = 52
+NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+
 
 class ObjectMeta(ApiModel):
     """Only what the project reads; the rest of metadata is kept as given."""
 
     model_config = ApiModel.model_config | {"extra": "allow"}
 
-    name: str = Field(min_length=1, max_length=52, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    name: str = Field(min_length=1, max_length=MAX_NAME_LENGTH, pattern=NAME_PATTERN)
     namespace: str | None = None
     uid: str | None = None
     generation: int | None = None

@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from ..api import GROUP, VERSION, FinetuneJob, InferenceBench
 from ..api.finetune import FinetuneJobSpec
 from ..api.inference import InferenceBenchSpec
+from ..api.resources import MAX_NAME_LENGTH, NAME_PATTERN
 from ..api.status import FinetuneJobStatus, InferenceBenchStatus
 from ..catalog.types import Catalog
 
@@ -143,6 +144,15 @@ _BENCH_COLUMNS = [
 MUTABLE_AFTER_START = ("suspend", "activeDeadlineSeconds", "ttlSecondsAfterFinished")
 
 
+# A name that cannot make its children is refused at admission (api/resources.py says why).
+NAME_RULE = {
+    "rule": f"self.metadata.name.size() <= {MAX_NAME_LENGTH} && self.metadata.name.matches('{NAME_PATTERN}')",
+    "message": "metadata.name must be a DNS-1035 label (lowercase letters, digits and '-', starting "
+    f"with a letter) of at most {MAX_NAME_LENGTH} characters: the run's children and their pods are "
+    "named after it, which Kubernetes caps at 63",
+}
+
+
 def immutability_rules(spec_schema: dict[str, Any]) -> list[dict[str, str]]:
     """CEL transition rules on the root: once status.startTime is set (the run started and is being
     paid for), each spec field outside MUTABLE_AFTER_START keeps its value. One rule per field, so
@@ -205,7 +215,7 @@ def _crd(
                             "type": "object",
                             "description": (spec_model.__doc__ or kind).strip().splitlines()[0],
                             "required": ["spec"],
-                            "x-kubernetes-validations": immutability_rules(spec_schema),
+                            "x-kubernetes-validations": [NAME_RULE, *immutability_rules(spec_schema)],
                             "properties": {
                                 "apiVersion": {"type": "string"},
                                 "kind": {"type": "string"},
