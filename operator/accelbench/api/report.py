@@ -44,7 +44,7 @@ class FinetuneMetrics(ApiModel):
     first_loss: float | None = None
     final_loss: float | None = None
     eval_loss: float | None = None
-    perplexity: float | None = None
+    perplexity: float | None = Field(default=None, ge=0)
     pass_at_k: PassAtKResults | None = None
     loss_history: list[float] = Field(default_factory=list)
 
@@ -150,7 +150,7 @@ def parse_termination_message(text: str | None, limit: int = TERMINATION_MESSAGE
             unknown = [e["loc"] for e in exc.errors() if e["type"] == "extra_forbidden"]
             if not unknown or not all(_drop(data, loc) for loc in unknown):
                 raise ReportError(
-                    "ResultInvalid", f"report does not match the schema at {_first_error(exc)}"
+                    "ResultInvalid", f"report does not match the schema at {first_error(exc)}"
                 ) from None
             log.info("report fields this operator does not know were ignored: %s", _short(str(unknown)))
             continue
@@ -195,7 +195,7 @@ def _drop(data: Any, loc: tuple[int | str, ...]) -> bool:
     return False
 
 
-def _first_error(exc: ValidationError) -> str:
+def first_error(exc: ValidationError) -> str:
     """`finetune.mfu: Input should be less than or equal to 1` (and how many more)."""
     errors = exc.errors()
     first = errors[0]

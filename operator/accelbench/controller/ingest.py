@@ -10,12 +10,15 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from pydantic import ValidationError
+
 from accelbench.api.report import (
     FinetuneMetrics,
     ReportError,
     ReportKind,
     Timings,
     WorkerReport,
+    first_error,
     parse_termination_message,
 )
 from accelbench.api.status import (
@@ -127,7 +130,10 @@ def ingest(text: str | None, kind: str, generation: int | None = None) -> Ingest
                 report=report,
                 worker_error=message,
             )
-        results = results_of(report, kind)
+        try:
+            results = results_of(report, kind)
+        except ValidationError as exc:  # a bound of the status the report's own schema lacks
+            raise ReportError(Reason.RESULT_INVALID.value, f"report field {first_error(exc)}") from None
     except ReportError as exc:
         return _invalid(exc.reason, str(exc), generation)
     except Exception as exc:  # parse_termination_message promises ReportError; this guards that promise
