@@ -259,6 +259,19 @@ def test_a_serving_engine_loads_its_model_from_the_bucket_and_the_results_land_i
     out = f"gs://{BUCKET}/bench-out/bench-from-s3"
     body["spec"]["output"] = {"uri": out}
     env.apply(body)
+
+    def fetched() -> Any:
+        """The server pod's fetch-model init container, once it ended (read while the pod exists:
+        the operator stops the server as soon as the client is done)."""
+        for pod in pods_of(env, "bench-from-s3"):
+            if pod.metadata.labels["accelbench.io/role"] == "server":
+                for status in pod.status.init_container_statuses or []:
+                    if status.state.terminated is not None:
+                        return status
+        return None
+
+    fetch = wait_for(fetched, timeout=180, what="the server's fetch-model init container done")
+    assert (fetch.name, fetch.state.terminated.exit_code) == ("fetch-model", 0)
     obj = terminal(env, "bench-from-s3", plural="inferencebenches")
     assert obj["status"]["phase"] == "Succeeded", obj["status"]
     assert obj["status"]["results"]["cells"]
@@ -267,11 +280,6 @@ def test_a_serving_engine_loads_its_model_from_the_bucket_and_the_results_land_i
         monkeypatch.setenv(key, value)
     names = {o["name"] for o in storage.read_manifest(out)["objects"]}
     assert {"results.json", "report.json", "index.html", "ttft_vs_input.png"} <= names, names
-    (server,) = [
-        p for p in pods_of(env, "bench-from-s3") if p.metadata.labels["accelbench.io/role"] == "server"
-    ]
-    (fetch,) = server.status.init_container_statuses
-    assert (fetch.name, fetch.state.terminated.exit_code) == ("fetch-model", 0)
 
 
 def test_a_bench_whose_model_is_missing_fails_with_the_fetchs_reason_not_a_timeout(
