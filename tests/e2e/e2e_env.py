@@ -7,6 +7,7 @@ pods on the local-exec node as processes. Built binaries are cached under ~/.cac
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -181,3 +182,19 @@ def wait_for(check: Callable[[], Any], timeout: float = 60.0, interval: float = 
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what or check}: last saw {last!r}")
+
+
+def run_benchmark(
+    script: str, args: list[str], out: Path, timeout: float = 600
+) -> tuple[dict[str, Any], int]:
+    """Run a benchmark script (its own control plane) with `--out=out`; its JSON result and exit code.
+    Fails with the script's output tail when it wrote no result."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / script), *args, f"--out={out}"],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
+    assert out.exists(), done.stdout[-3000:] + done.stderr[-3000:]
+    return json.loads(out.read_text()), done.returncode
