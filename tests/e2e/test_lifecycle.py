@@ -1,4 +1,4 @@
-"""A paid run is never lost, frozen or run twice when its children vanish (issue 14, first slice).
+"""A paid run is never lost, frozen or run twice when its children vanish (issue 14).
 
 Real worker runs on the local-exec node; the faults are what a user or a cluster does: a TTL of 0,
 `kubectl delete job` mid-run, the operator down across a run's completion, a bench client deleted.
@@ -8,8 +8,10 @@ created again for a run that started."""
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -119,12 +121,10 @@ def test_a_job_deleted_mid_run_fails_the_run_and_is_never_created_again(
 
 
 @pytest.mark.parametrize("away", [False, True], ids=["operator-running", "operator-down"])
-def test_pods_deleted_after_completion_keep_the_result_or_say_it_is_missing(
-    env: Env, tiny: dict[str, str], away: bool
-) -> None:
+def test_pods_deleted_after_completion_keep_the_result(env: Env, tiny: dict[str, str], away: bool) -> None:
     """Pod garbage collection (or a reclaimed node) after the run ended. Observed before: the result
-    is in status and stays. Gone before the operator could read it: Succeeded (the Job says so) with
-    ResultMissing saying why; never a second Job."""
+    is in status and stays. Gone before the operator could read the termination message: the result
+    comes from rank 0's copy in the results ConfigMap, and says so; never a second Job."""
     name = f"pods-gone-{int(away)}"
     env.apply(run(name, tiny, 4))
     wait_for(lambda: phase_of(env, name) == "Running", timeout=120, what="Running")
@@ -136,21 +136,70 @@ def test_pods_deleted_after_completion_keep_the_result_or_say_it_is_missing(
         env.kubectl("delete", "pods", "-l", f"job-name={job.metadata.name}", "--wait=true")
     obj = terminal(env, name, timeout=120)
     assert obj["status"]["phase"] == "Succeeded", obj["status"]
-    if away:  # the report is waited for REPORT_GRACE after the Job's completion, then called missing
-        valid = wait_for(
-            lambda: next(
-                (c for c in env.get(FT, name)["status"].get("conditions", []) if c["type"] == "ResultValid"),
-                None,
-            ),
-            timeout=60,
-            what="ResultValid",
-        )
-        assert (valid["status"], valid["reason"]) == ("False", "ResultMissing"), valid
+    if away:  # the message is waited for REPORT_GRACE after the Job's completion, then the ConfigMap read
+        obj = wait_for(lambda: (o := env.get(FT, name))["status"].get("results") and o, what="results")
+        valid = condition(obj, "ResultValid")
+        assert valid["status"] == "True" and f"ConfigMap {name}-results" in valid["message"], valid
+        assert obj["status"]["results"]["steps"] == 4
     else:
         time.sleep(5)
         after = env.get(FT, name)["status"]
         assert after["results"] == stored["status"]["results"] and after["results"]["steps"] == 4
     assert {j.metadata.uid for j in jobs_of(env, name)} <= {job.metadata.uid}
+
+
+def test_a_job_deleted_after_completion_with_the_operator_down_keeps_its_result(
+    env: Env, tiny: dict[str, str]
+) -> None:
+    """The operator down across completion, and the Job (with its pods and their termination
+    messages) deleted before it is back: the run Succeeded, its result from the ConfigMap copy, its
+    cost billed to when the worker reported, not to when the operator came back."""
+    name = "deleted-after-done"
+    env.apply(run(name, tiny, 4))
+    wait_for(lambda: phase_of(env, name) == "Running", timeout=120, what="Running")
+    (job,) = jobs_of(env, name)
+    with operator_away(env, True):
+        wait_for(lambda: completed(env, job.metadata.name), timeout=180, what="the Job complete")
+        ended = env.batch.read_namespaced_job(job.metadata.name, "default").status.completion_time
+        env.kubectl("delete", "job", job.metadata.name, "--wait=true")
+        time.sleep(5)  # billed until found: these seconds must not be
+    obj = terminal(env, name, timeout=120)
+    status = obj["status"]
+    assert (status["phase"], condition(obj, "Succeeded")["reason"]) == ("Succeeded", "Completed"), status
+    assert "stored its report" in status["message"] and "deleted" in status["message"]
+    assert status["results"]["steps"] == 4
+    assert f"ConfigMap {name}-results" in condition(obj, "ResultValid")["message"]
+    finished = datetime.fromisoformat(status["completionTime"].replace("Z", "+00:00"))
+    assert finished <= ended + timedelta(seconds=1), (finished, ended)  # the report precedes the Job's end
+    env.operator.restart()
+    time.sleep(8)
+    assert not jobs_of(env, name)  # never created again
+    assert env.get(FT, name)["status"]["results"] == status["results"]
+
+
+def test_a_bench_whose_client_pod_is_gone_keeps_its_full_result(env: Env, tiny: dict[str, str]) -> None:
+    """The same for an InferenceBench: the client's report (every swept cell) from the ConfigMap."""
+    name = "bench-pods-gone"
+    body = yaml.safe_load((ROOT / "examples/quickstart/inference-tiny-cpu.yaml").read_text())
+    body["metadata"]["name"] = name
+    body["spec"]["model"]["uri"] = tiny["model"]
+    body["spec"]["workload"].update({"inputLengths": [16], "concurrency": [1, 2], "requestsPerPoint": 4})
+    env.apply(body)
+    wait_for(lambda: phase_of(env, name, "inferencebenches") == "Running", timeout=180, what="Running")
+    with operator_away(env, True):
+        wait_for(lambda: completed(env, f"{name}-client"), timeout=240, what="the client complete")
+        env.kubectl("delete", "pods", "-l", f"job-name={name}-client", "--wait=true")
+    obj = wait_for(
+        lambda: (o := env.get("inferencebenches", name))["status"].get("results") and o,
+        timeout=120,
+        what="results",
+    )
+    assert obj["status"]["phase"] == "Succeeded", obj["status"]
+    assert f"ConfigMap {name}-results" in condition(obj, "ResultValid")["message"]
+    data = env.core.read_namespaced_config_map(f"{name}-results", "default").data
+    assert set(data) == {"report.json", "results.json"}
+    swept = [c["concurrency"] for c in json.loads(data["results.json"])["cells"]]
+    assert [c["concurrency"] for c in obj["status"]["results"]["cells"]] == swept and {1, 2} <= set(swept)
 
 
 def test_a_run_that_completes_while_the_operator_is_down_is_observed_once_it_is_back(

@@ -36,9 +36,6 @@ GRANTED_WITHOUT_A_REQUEST: dict[tuple[str, str, str], str] = {
             ("rbac.authorization.k8s.io", "rolebindings"),
         )
     },
-    # RBAC's escalation rule: to create the bench client's Role (get/patch/update on its results
-    # ConfigMap) the operator must hold those verbs itself.
-    ("", "configmaps", "update"): "RBAC escalation rule for the client Role it creates",
 }
 
 

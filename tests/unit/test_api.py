@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import copy
+import io
 import json
+from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 from pydantic import ValidationError
@@ -172,6 +175,29 @@ def test_report_termination_message_fits_and_parses_back() -> None:
     assert back.finetune is not None
     assert back.finetune.trained_tokens == 20480
     assert len(back.finetune.loss_history) <= 16
+
+
+def test_long_texts_give_way_before_a_report_is_refused_the_termination_message(tmp_path: Path) -> None:
+    """Lists go first, then long texts and the pass@k section; what still cannot fit leaves the
+    termination message empty (the ConfigMap copy is whole) and never crashes the worker."""
+    from accelbench.workers.report import write_report
+
+    error = {"type": "RuntimeError", "message": "x" * 2000}
+    long_error = _report(ok=False, error=error, device="d" * 200, framework="f" * 50)
+    text = long_error.to_termination_message()
+    assert len(text.encode()) <= 4096 and parse_termination_message(text).error is not None
+    huge = _report(versions={"v": "1"})
+    assert huge.finetune is not None
+    huge.finetune.mfu_formula = "m" * 300
+    with pytest.raises(ValueError, match="does not fit 100 bytes"):
+        huge.to_termination_message(limit=100)
+    log = tmp_path / "termination-log"
+    stream = io.StringIO()
+    env = {"ACCELBENCH_TERMINATION_LOG": str(log)}
+    with mock.patch.object(type(huge), "to_termination_message", side_effect=ValueError("too big")):
+        assert write_report(huge, env=env, stream=stream) is None
+    assert log.read_text() == ""  # the operator then reads the ConfigMap copy
+    assert stream.getvalue().startswith("ACCELBENCH_REPORT ") and '"finishedAt":' in stream.getvalue()
 
 
 @pytest.mark.parametrize(

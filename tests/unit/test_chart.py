@@ -100,8 +100,8 @@ OPERATOR_RULES: dict[tuple[str, str], set[str]] = {
 }
 # jobs: delete = the InferenceBench server Job, stopped once the client finished.
 INDEXED = {("batch", "jobs"): {"list", "watch", "delete"}}
-# configmaps: get = the price book; get + update = RBAC escalation rule for the client's Role.
-EXTRA = {("", "configmaps"): {"get", "update"}}
+# configmaps: get = the price book and, when a termination message is gone, a run's results ConfigMap.
+EXTRA = {("", "configmaps"): {"get"}}
 
 
 @functools.cache

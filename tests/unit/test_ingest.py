@@ -246,3 +246,48 @@ def test_mutated_reports_never_carry_a_bad_number_into_status() -> None:
                 for cell in wire.get("cells", []):
                     assert all(v >= 0 for k, v in cell.items() if k.endswith(("Ms", "PerSecond")))
     assert accepted > 500  # mutations that keep a report valid were accepted, not everything refused
+
+
+# --- the ConfigMap copy, read when the termination message is gone (issue 14) ---------------------
+
+
+def test_a_missing_termination_message_is_answered_by_the_stored_copy() -> None:
+    from accelbench.controller.ingest import StoredReport
+
+    stored = StoredReport("ConfigMap run-results", _text(FINETUNE_REPORT))
+    ingested = ingest(None, "FinetuneJob", 3, stored)
+    assert ingested.valid and isinstance(ingested.results, FinetuneResults)
+    assert ingested.results.tokens_per_second == 4200.0
+    assert "from ConfigMap run-results" in ingested.condition.message
+
+
+def test_the_termination_message_wins_over_the_stored_copy() -> None:
+    """A retried pod's message is this attempt's; the ConfigMap may hold an earlier attempt's."""
+    from accelbench.controller.ingest import StoredReport
+
+    failed = {**FINETUNE_REPORT, "ok": False, "error": {"type": "RuntimeError", "message": "attempt 1"}}
+    ingested = ingest(_text(FINETUNE_REPORT), "FinetuneJob", 1, StoredReport("ConfigMap x", _text(failed)))
+    assert ingested.valid and ingested.condition.message == "worker report accepted"
+
+
+def test_no_report_anywhere_says_where_it_looked() -> None:
+    from accelbench.controller.ingest import StoredReport
+
+    ingested = ingest("", "FinetuneJob", 1, StoredReport("ConfigMap run-results", None))
+    assert ingested.condition.reason == "ResultMissing"
+    assert "termination message" in ingested.condition.message
+    assert "none is in ConfigMap run-results" in ingested.condition.message
+
+
+def test_a_bad_stored_copy_is_result_invalid_like_a_bad_message() -> None:
+    from accelbench.controller.ingest import StoredReport
+
+    bad = _with(FINETUNE_REPORT, ("finetune", "mfu"), 7.0)
+    ingested = ingest(None, "FinetuneJob", 1, StoredReport("ConfigMap x", json.dumps(bad)))
+    assert ingested.condition.reason == "ResultInvalid" and "mfu" in ingested.condition.message
+    long_history = {
+        **FINETUNE_REPORT,
+        "finetune": {**FINETUNE_REPORT["finetune"], "lossHistory": [1.0] * 2000},
+    }
+    assert len(_text(long_history)) > 4096  # too big for a termination message, whole in a ConfigMap
+    assert ingest(None, "FinetuneJob", 1, StoredReport("ConfigMap x", _text(long_history))).valid

@@ -99,6 +99,10 @@ def test_a_new_generation_applies_owned_children_and_writes_plan_status(state: C
     assert outcome.label == "applied"
     applied = state.kube.applied  # type: ignore[attr-defined]
     assert [(o["kind"], o["metadata"]["name"]) for o in applied] == [
+        ("ConfigMap", "gemma-lora-results"),
+        ("ServiceAccount", "gemma-lora-train"),
+        ("Role", "gemma-lora-train"),
+        ("RoleBinding", "gemma-lora-train"),
         ("Service", "gemma-lora-train"),
         ("Job", "gemma-lora-train"),
     ]
@@ -108,7 +112,11 @@ def test_a_new_generation_applies_owned_children_and_writes_plan_status(state: C
     status = written(state)
     assert state.kube.status_writes[0][1] == "41"  # type: ignore[attr-defined]  # conditional write
     assert status["phase"] == "Pending" and status["observedGeneration"] == 1
-    assert status["children"] == {"job": "gemma-lora-train", "service": "gemma-lora-train"}
+    assert status["children"] == {
+        "job": "gemma-lora-train",
+        "service": "gemma-lora-train",
+        "resultsConfigMap": "gemma-lora-results",
+    }
     assert (status["plan"]["chips"], status["plan"]["hosts"], status["plan"]["framework"]) == (8, 2, "jax")
     assert status["accelerator"] == "tpu-v5p 2x2x2"
     assert status["cost"]["dollarsPerChipHour"] == load_catalog().get("tpu-v5p").price.on_demand

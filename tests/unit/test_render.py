@@ -117,11 +117,45 @@ def test_tpu_pods_select_slice_and_request_four_chips_per_host() -> None:
     assert {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
 
 
+# Every run's first children: where rank 0 reports (render/results.py).
+RESULTS_KINDS = ["ConfigMap", "ServiceAccount", "Role", "RoleBinding"]
+
+
+def test_rank0_reports_into_the_results_config_map_and_may_do_nothing_else() -> None:
+    """The ConfigMap copy of the report outlives the pods and the Job (issue 14); the pods' one
+    permission is to patch that ConfigMap. The user's ServiceAccount is bound, not shadowed."""
+    job, plan = fx.ft_tpu_v5p_multihost()
+    objects = render_finetune(job, plan, fx.CATALOG)
+    config_map, account, role, binding = objects[:4]
+    assert config_map["metadata"]["name"] == "gemma-v5p16-results" and "data" not in config_map
+    assert role["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": ["gemma-v5p16-results"],
+            "verbs": ["patch"],
+        }
+    ]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": fx.NAMESPACE}
+    ]
+    pod = _pod(objects[-1])
+    assert pod["serviceAccountName"] == account["metadata"]["name"]
+    assert "automountServiceAccountToken" not in pod  # the token is how it reports
+    env = _env(objects[-1])
+    assert env["ACCELBENCH_RESULTS_CONFIGMAP"] == "gemma-v5p16-results"
+    assert env["POD_NAMESPACE"] == "metadata.namespace"
+    own = fx.finetune("own-sa", {"type": "h100", "count": 2}, serviceAccountName="trainer")
+    objects = render_finetune(own, fx.ft_h100_x2()[1], fx.CATALOG)
+    assert [o["kind"] for o in objects[:3]] == ["ConfigMap", "Role", "RoleBinding"]
+    assert objects[2]["subjects"][0]["name"] == "trainer"
+
+
 def test_multi_host_is_indexed_job_with_headless_service() -> None:
     job, plan = fx.ft_tpu_v5p_multihost()
     objects = render_finetune(job, plan, fx.CATALOG)
-    assert [o["kind"] for o in objects] == ["Service", "Job"]
-    service, train = objects
+    assert [o["kind"] for o in objects] == [*RESULTS_KINDS, "Service", "Job"]
+    service, train = objects[-2:]
     assert train["spec"]["completionMode"] == "Indexed"
     assert train["spec"]["completions"] == 2
     assert train["spec"]["parallelism"] == 2
@@ -146,8 +180,8 @@ def test_multi_host_jax_env_points_at_rank_zero() -> None:
 def test_single_host_has_no_service_subdomain_or_coordinator() -> None:
     job, plan = fx.ft_tpu_v5p_single()
     objects = render_finetune(job, plan, fx.CATALOG)
-    assert [o["kind"] for o in objects] == ["Job"]
-    train = objects[0]
+    assert [o["kind"] for o in objects] == [*RESULTS_KINDS, "Job"]
+    train = objects[-1]
     assert train["spec"]["completions"] == train["spec"]["parallelism"] == 1
     assert "subdomain" not in _pod(train)
     assert "JAX_COORDINATOR_ADDRESS" not in _env(train)
@@ -155,7 +189,7 @@ def test_single_host_has_no_service_subdomain_or_coordinator() -> None:
 
 def test_reservation_selects_the_reservation() -> None:
     job, plan = fx.ft_tpu_v5p_single()
-    selector = _pod(render_finetune(job, plan, fx.CATALOG)[0])["nodeSelector"]
+    selector = _pod(render_finetune(job, plan, fx.CATALOG)[-1])["nodeSelector"]
     assert selector["cloud.google.com/reservation-name"] == "v5p-res-a"
     assert selector["cloud.google.com/reservation-affinity"] == "specific"
     assert "cloud.google.com/gke-spot" not in selector
@@ -170,7 +204,7 @@ def test_spot_selects_and_tolerates_spot_nodes() -> None:
 
 def test_on_demand_has_no_capacity_labels() -> None:
     job, plan = fx.ft_h100_x2()
-    selector = _pod(render_finetune(job, plan, fx.CATALOG)[0])["nodeSelector"]
+    selector = _pod(render_finetune(job, plan, fx.CATALOG)[-1])["nodeSelector"]
     assert selector == {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"}
 
 
@@ -185,7 +219,7 @@ def test_tpu_plan_without_topology_is_refused() -> None:
 
 def test_torch_env_on_two_h100() -> None:
     job, plan = fx.ft_h100_x2()
-    train = render_finetune(job, plan, fx.CATALOG)[0]
+    train = render_finetune(job, plan, fx.CATALOG)[-1]
     env = _env(train)
     assert env["MASTER_ADDR"] == "127.0.0.1"
     assert env["MASTER_PORT"] == "29500"
@@ -203,7 +237,7 @@ def test_multi_host_torch_master_is_rank_zero() -> None:
     assert env["MASTER_ADDR"] == "gemma-h100x2-train-0.gemma-h100x2-train"
     assert env["NNODES"] == "2"
     assert env["NPROC_PER_NODE"] == "8"
-    assert objects[0]["spec"]["ports"][0]["port"] == 29500
+    assert _by_kind(objects, "Service")[0]["spec"]["ports"][0]["port"] == 29500
 
 
 def test_nvidia_and_gaudi_get_memory_backed_shm() -> None:
@@ -213,13 +247,13 @@ def test_nvidia_and_gaudi_get_memory_backed_shm() -> None:
         assert {"name": "dshm", "emptyDir": {"medium": "Memory"}} in pod["volumes"]
         assert {"name": "dshm", "mountPath": "/dev/shm"} in pod["containers"][0]["volumeMounts"]
     job, plan = fx.ft_tpu_v5p_single()
-    pod = _pod(render_finetune(job, plan, fx.CATALOG)[0])
+    pod = _pod(render_finetune(job, plan, fx.CATALOG)[-1])
     assert all(v["name"] != "dshm" for v in pod.get("volumes", []))
 
 
 def test_gaudi_privileges_and_hugepages() -> None:
     job, plan = fx.ft_gaudi3_x8()
-    train = render_finetune(job, plan, fx.CATALOG)[0]
+    train = render_finetune(job, plan, fx.CATALOG)[-1]
     pod = _pod(train)
     assert pod["hostIPC"] is True
     assert pod["nodeSelector"] == {"habana.ai/device.name": "gaudi3"}
@@ -250,7 +284,7 @@ def test_gaudi_figures_in_the_install_guide_are_the_renderer_s() -> None:
 def test_non_gaudi_workers_run_as_non_root_with_no_capabilities() -> None:
     for case in (fx.ft_tpu_v5p_single, fx.ft_h100_x2, fx.ft_cpu_local):
         job, plan = case()
-        pod = _pod(render_finetune(job, plan, fx.CATALOG)[0])
+        pod = _pod(render_finetune(job, plan, fx.CATALOG)[-1])
         assert pod["securityContext"]["runAsNonRoot"] is True
         assert pod["securityContext"]["fsGroup"] == 1000
         assert pod["containers"][0]["securityContext"]["capabilities"] == {"drop": ["ALL"]}
@@ -269,7 +303,7 @@ def test_gs_inputs_get_a_cache_volume_and_pvc_inputs_none() -> None:
         model={"uri": "gs://bucket/models/gemma-3-27b-it", "family": "gemma3", "size": "27b"},
     )
     for job, cached in ((pvc_job, False), (gs_job, True)):
-        pod = _pod(render_finetune(job, plan, fx.CATALOG)[0])
+        pod = _pod(render_finetune(job, plan, fx.CATALOG)[-1])
         container = pod["containers"][0]
         mounts = {m["mountPath"]: m["name"] for m in container.get("volumeMounts", [])}
         volumes = {v["name"]: v for v in pod.get("volumes", [])}
@@ -281,7 +315,7 @@ def test_gs_inputs_get_a_cache_volume_and_pvc_inputs_none() -> None:
 
 def test_cpu_requests_no_accelerator() -> None:
     job, plan = fx.ft_cpu_local()
-    pod = _pod(render_finetune(job, plan, fx.CATALOG)[0])
+    pod = _pod(render_finetune(job, plan, fx.CATALOG)[-1])
     assert "resources" not in pod["containers"][0]
     assert "nodeSelector" not in pod
     assert "tolerations" not in pod
@@ -289,18 +323,18 @@ def test_cpu_requests_no_accelerator() -> None:
 
 def test_resource_overrides_merge_over_device_requests() -> None:
     job, plan = fx.ft_h100_x2()
-    resources = _container(render_finetune(job, plan, fx.CATALOG)[0])["resources"]
+    resources = _container(render_finetune(job, plan, fx.CATALOG)[-1])["resources"]
     assert resources["requests"] == {"nvidia.com/gpu": "2", "cpu": "48", "memory": "400Gi"}
     assert resources["limits"] == {"nvidia.com/gpu": "2", "memory": "600Gi"}
 
 
 def test_user_env_is_appended_and_replaces_same_name() -> None:
     job, plan = fx.ft_h100_x2()
-    names = [e["name"] for e in _container(render_finetune(job, plan, fx.CATALOG)[0])["env"]]
+    names = [e["name"] for e in _container(render_finetune(job, plan, fx.CATALOG)[-1])["env"]]
     assert names[-1] == "NCCL_DEBUG"
     override = job.model_copy(deep=True)
     override.spec.env = [EnvVar(name="MASTER_PORT", value="23456")]
-    env = _container(render_finetune(override, plan, fx.CATALOG)[0])["env"]
+    env = _container(render_finetune(override, plan, fx.CATALOG)[-1])["env"]
     assert [e["value"] for e in env if e["name"] == "MASTER_PORT"] == ["23456"]
 
 
@@ -334,12 +368,12 @@ def test_job_control_fields() -> None:
 
 def test_single_host_backoff_limit_is_max_retries() -> None:
     job, plan = fx.ft_h200_x1()
-    assert render_finetune(job, plan, fx.CATALOG)[0]["spec"]["backoffLimit"] == 1
+    assert render_finetune(job, plan, fx.CATALOG)[-1]["spec"]["backoffLimit"] == 1
 
 
 def test_kueue_queue_suspends_and_labels_the_job() -> None:
     job, plan = fx.ft_h200_x1()
-    train = render_finetune(job, plan, fx.CATALOG)[0]
+    train = render_finetune(job, plan, fx.CATALOG)[-1]
     assert train["spec"]["suspend"] is True
     assert train["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "a3-ultra"
     # the queue label belongs on the Job only: Kueue admits the Job, not its pods
@@ -348,16 +382,16 @@ def test_kueue_queue_suspends_and_labels_the_job() -> None:
 
 def test_spec_suspend_suspends_without_queue_label() -> None:
     job, plan = fx.ft_cpu_local()
-    train = render_finetune(job, plan, fx.CATALOG)[0]
+    train = render_finetune(job, plan, fx.CATALOG)[-1]
     assert train["spec"]["suspend"] is True
     assert "kueue.x-k8s.io/queue-name" not in train["metadata"]["labels"]
 
 
 def test_image_defaults_to_catalog_and_spec_overrides() -> None:
     job, plan = fx.ft_tpu_v5p_single()
-    assert _container(render_finetune(job, plan, fx.CATALOG)[0])["image"] == fx.TPU_V5P.images.jax
+    assert _container(render_finetune(job, plan, fx.CATALOG)[-1])["image"] == fx.TPU_V5P.images.jax
     job.spec.image = "example.com/custom:1"
-    assert _container(render_finetune(job, plan, fx.CATALOG)[0])["image"] == "example.com/custom:1"
+    assert _container(render_finetune(job, plan, fx.CATALOG)[-1])["image"] == "example.com/custom:1"
 
 
 def test_missing_image_is_a_render_error() -> None:
@@ -369,7 +403,7 @@ def test_missing_image_is_a_render_error() -> None:
 
 def test_pvc_uris_become_volumes_with_output_writable() -> None:
     job, plan = fx.ft_tpu_v5p_single()
-    pod = _pod(render_finetune(job, plan, fx.CATALOG)[0])
+    pod = _pod(render_finetune(job, plan, fx.CATALOG)[-1])
     claims = {
         v["persistentVolumeClaim"]["claimName"]: v["persistentVolumeClaim"]["readOnly"]
         for v in pod["volumes"]
@@ -381,7 +415,7 @@ def test_pvc_uris_become_volumes_with_output_writable() -> None:
 
 def test_local_paths_get_no_volumes() -> None:
     job, plan = fx.ft_cpu_local()
-    pod = _pod(render_finetune(job, plan, fx.CATALOG)[0])
+    pod = _pod(render_finetune(job, plan, fx.CATALOG)[-1])
     assert "volumes" not in pod
     assert "volumeMounts" not in pod["containers"][0]
 
@@ -410,7 +444,7 @@ def test_every_object_is_owned_by_the_resource(case: str) -> None:
 def test_unsaved_resource_renders_without_owner_and_in_default_namespace() -> None:
     _, plan = fx.ft_cpu_local()
     job = fx.finetune("preview", {"type": "cpu"}, uid=None, namespace=None)
-    train = render_finetune(job, plan, fx.CATALOG)[0]
+    train = render_finetune(job, plan, fx.CATALOG)[-1]
     assert "ownerReferences" not in train["metadata"]
     assert train["metadata"]["namespace"] == "default"
     kubernetes_validate.validate(train, KUBERNETES_VERSION, strict=True)
@@ -628,7 +662,7 @@ def test_client_runs_on_cpu_with_endpoint_and_results_rbac() -> None:
             "apiGroups": [""],
             "resources": ["configmaps"],
             "resourceNames": ["gemma-serve-v6e-results"],
-            "verbs": ["get", "patch", "update"],
+            "verbs": ["patch"],
         }
     ]
     config_map = _by_kind(objects, "ConfigMap")[0]
@@ -745,12 +779,12 @@ def test_env_from_a_secret_and_the_pods_service_account() -> None:
         env=[{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}],
         serviceAccountName="trainer",
     )
-    pod = _pod(render_finetune(job, plan, fx.CATALOG)[0])
+    pod = _pod(render_finetune(job, plan, fx.CATALOG)[-1])
     (entry,) = [e for e in pod["containers"][0]["env"] if e["name"] == "HF_TOKEN"]
     assert entry == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}
-    assert pod["serviceAccountName"] == "trainer" and pod["automountServiceAccountToken"] is False
-    unnamed = _pod(render_finetune(fx.finetune("plain", {"type": "h100", "count": 2}), plan, fx.CATALOG)[0])
-    assert "serviceAccountName" not in unnamed  # the namespace's default, as before
+    assert pod["serviceAccountName"] == "trainer"
+    unnamed = _pod(render_finetune(fx.finetune("plain", {"type": "h100", "count": 2}), plan, fx.CATALOG)[-1])
+    assert unnamed["serviceAccountName"] == "plain-train"  # the run's own, which may only report
     with pytest.raises(ValueError, match="exactly one of secretKeyRef, configMapKeyRef"):
         fx.finetune("bad", {"type": "h100", "count": 2}, env=[{"name": "X", "valueFrom": {}}])
     with pytest.raises(ValueError, match="value or valueFrom, not both"):

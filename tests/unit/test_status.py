@@ -640,3 +640,93 @@ def test_a_running_run_never_goes_back_to_scheduling() -> None:
     assert never_back_to_waiting({"phase": "Pending"}, waiting).phase == Phase.SCHEDULING
     suspended = dataclasses.replace(waiting, phase=Phase.SUSPENDED)
     assert never_back_to_waiting({"phase": "Running"}, suspended).phase == Phase.SUSPENDED
+
+
+# --- the report copy in the results ConfigMap (issue 14) ----------------------------------------
+
+WITH_RESULTS = {
+    **PRICED,
+    "children": {**PRICED["children"], "resultsConfigMap": "gemma-lora-results"},
+}
+
+
+def _stored_report(ok: bool = True, finished_at: str | None = "2026-05-04T11:00:00Z") -> str:
+    report: dict[str, Any] = {"schemaVersion": 1, "kind": "finetune", "ok": ok, "chips": 8}
+    if ok:
+        report["finetune"] = {
+            "steps": 10,
+            "trainedTokens": 1000,
+            "tokensPerSecond": 50.0,
+            "tokensPerSecondPerChip": 6.25,
+        }
+    else:
+        report["error"] = {"type": "ObjectNotFound", "message": "gs://b/model: no such object"}
+    if finished_at:
+        report["finishedAt"] = finished_at
+    return json.dumps(report)
+
+
+class Reader:
+    """A results ConfigMap holding `text`, counting the reads the pass makes."""
+
+    def __init__(self, text: str | None) -> None:
+        self.text, self.reads = text, []
+
+    def __call__(self, name: str) -> str | None:
+        self.reads.append(name)
+        return self.text
+
+
+def test_pods_gone_after_completion_the_report_is_read_from_the_results_config_map() -> None:
+    case = recorded("finetune_complete")
+    reader = Reader(_stored_report())
+    soon = job_time(case, "completionTime", 10)
+    early = observe_resource(body_with(dict(WITH_RESULTS)), [case["job"]], [], soon, read_stored=reader)
+    assert early is not None and reader.reads == []  # within the grace: the message may still come
+    late = job_time(case, "completionTime", 60)
+    update = observe_resource(body_with(dict(WITH_RESULTS)), [case["job"]], [], late, read_stored=reader)
+    assert update is not None and reader.reads == ["gemma-lora-results"]
+    assert update.patch["phase"] == "Succeeded"
+    assert update.patch["results"]["tokensPerSecond"] == 50.0
+    valid = next(c for c in update.patch["conditions"] if c["type"] == "ResultValid")
+    assert valid["status"] == "True" and "ConfigMap gemma-lora-results" in valid["message"]
+
+
+def test_a_termination_message_present_never_reads_the_config_map() -> None:
+    case = recorded("finetune_complete")
+    reader = Reader(None)
+    late = job_time(case, "completionTime", 60)
+    update = observe_resource(
+        body_with(dict(WITH_RESULTS)), [case["job"]], case["pods"], late, read_stored=reader
+    )
+    assert update is not None and update.patch["phase"] == "Succeeded" and reader.reads == []
+
+
+def test_a_job_deleted_after_rank0_stored_its_report_succeeded_when_the_report_says() -> None:
+    """The operator down across completion and the Job deleted by hand: the ConfigMap copy is the
+    result, and the run ended when the worker wrote it (billed to then, not to when it was found)."""
+    status = {**WITH_RESULTS, "phase": "Running", "startTime": "2026-05-04T10:00:00Z"}
+    update = observe_resource(body_with(status), [], [], NOW, read_stored=Reader(_stored_report()))
+    assert update is not None
+    assert (update.patch["phase"], update.reason) == ("Succeeded", "Completed")
+    assert "was deleted before its completion was observed" in update.message
+    assert update.patch["completionTime"] == "2026-05-04T11:00:00Z"
+    assert update.patch["cost"]["hours"] == pytest.approx(1.0)
+    assert update.patch["results"]["tokensPerSecond"] == 50.0
+    assert not any(c["type"] == "Failed" for c in update.patch["conditions"])
+    # A finishedAt outside the billed span (a worker clock ahead) is held to it.
+    ahead = observe_resource(
+        body_with(status), [], [], NOW, read_stored=Reader(_stored_report(finished_at="2027-01-01T00:00:00Z"))
+    )
+    assert ahead is not None and ahead.patch["completionTime"] == "2026-05-04T12:00:00Z"
+
+
+def test_a_job_deleted_after_the_worker_reported_an_error_failed_for_that_error() -> None:
+    status = {**WITH_RESULTS, "phase": "Running", "startTime": "2026-05-04T10:00:00Z"}
+    update = observe_resource(body_with(status), [], [], NOW, read_stored=Reader(_stored_report(ok=False)))
+    assert update is not None
+    assert (update.patch["phase"], update.reason) == ("Failed", "ObjectNotFound")
+    none = observe_resource(body_with(status), [], [], NOW, read_stored=Reader(None))
+    assert none is not None and (none.patch["phase"], none.reason) == ("Failed", "JobDeleted")
+    missing = next(c for c in none.patch["conditions"] if c["type"] == "ResultValid")
+    assert "none is in ConfigMap gemma-lora-results" in missing["message"]

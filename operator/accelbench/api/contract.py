@@ -82,7 +82,7 @@ ENV_COMPLETION_INDEX = "JOB_COMPLETION_INDEX"  # render writes (from COMPLETION_
 ENV_ENDPOINT = "ACCELBENCH_ENDPOINT"  # render writes the server URL; client reads
 ENV_HEALTH_PATH = "ACCELBENCH_HEALTH_PATH"  # render writes; client polls it (absent: TCP connect)
 ENV_READY_TIMEOUT = "ACCELBENCH_READY_TIMEOUT_SECONDS"  # render writes; client's wait for the server
-ENV_RESULTS_CONFIGMAP = "ACCELBENCH_RESULTS_CONFIGMAP"  # render writes; client patches that ConfigMap
+ENV_RESULTS_CONFIGMAP = "ACCELBENCH_RESULTS_CONFIGMAP"  # render writes; the reporting pod patches it
 ENV_POD_NAMESPACE = "POD_NAMESPACE"  # render (downward API) and chart write; client and operator read
 ENV_OUTPUT_URI = "ACCELBENCH_OUTPUT_URI"  # render writes spec.output.uri; the bench client uploads there
 ENV_TOKENIZER_DIR = "ACCELBENCH_TOKENIZER_DIR"  # render writes for local model paths; client reads
@@ -145,6 +145,10 @@ EXIT_LOST_LEASE = 75
 
 # The worker's full report is the last stdout line with this prefix (a log reader finds it there).
 REPORT_LOG_PREFIX = "ACCELBENCH_REPORT "
-# The client writes its full results JSON under this key of the results ConfigMap (the one write a
-# pod makes to the Kubernetes API; see render/inference.py for its Role). Users and the report read.
+# The bench client writes its full results JSON under this key of the results ConfigMap (the one
+# write a pod makes to the Kubernetes API; see render/results.py for its Role). Users and the report
+# read it.
 RESULTS_CONFIGMAP_KEY = "results.json"
+# The reporting pod (rank 0, the bench client) writes its full WorkerReport under this key: the
+# operator reads it when the termination message is gone (pods garbage-collected, Job deleted).
+REPORT_CONFIGMAP_KEY = "report.json"

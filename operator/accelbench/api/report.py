@@ -19,6 +19,7 @@ from .status import BenchResults, PassAtKResults
 log = logging.getLogger(__name__)
 
 TERMINATION_MESSAGE_LIMIT = 4096
+STORED_REPORT_LIMIT = 1_000_000  # the full report in the results ConfigMap (an object is at most ~1 MiB)
 REPORT_SCHEMA_VERSION = 1
 
 
@@ -80,9 +81,13 @@ class WorkerReport(ApiModel):
     memory: Memory | None = None
     versions: dict[str, str] = Field(default_factory=dict)
     error: WorkerError | None = None
+    finished_at: str | None = Field(
+        default=None, max_length=40, description="When the worker wrote the report (UTC, RFC 3339)."
+    )
 
     def to_termination_message(self, limit: int = TERMINATION_MESSAGE_LIMIT) -> str:
-        """Compact JSON under `limit` bytes: long lists are thinned, then dropped, before anything else."""
+        """Compact JSON under `limit` bytes: long lists are thinned, then dropped, then long texts and
+        the pass@k section; ValueError if even that does not fit (the ConfigMap copy is whole)."""
         report = self.model_copy(deep=True)
         text = _compact(report)
         if len(text.encode()) <= limit:
@@ -101,8 +106,17 @@ class WorkerReport(ApiModel):
             report.bench.cells = []
         report.versions = {}
         text = _compact(report)
+        if len(text.encode()) <= limit:
+            return text
+        # Long texts last: they explain, the numbers are the result.
+        if report.error is not None:
+            report.error.message = report.error.message[:300]
+        if report.finetune is not None:
+            report.finetune.mfu_formula = None
+            report.finetune.pass_at_k = None
+        text = _compact(report)
         if len(text.encode()) > limit:
-            raise ValueError(f"report does not fit {limit} bytes even without its lists")
+            raise ValueError(f"report does not fit {limit} bytes even without its lists and texts")
         return text
 
 

@@ -1,8 +1,10 @@
-"""Turn rank 0's termination message into results, or into a condition that says why there are none.
+"""Turn rank 0's report into results, or into a condition that says why there are none.
 
-Whatever the text is (empty, cut off by the kubelet, a stack trace, a JSON list, another schema), the
-outcome is an `Ingested` value and never an exception: a bad report is a user-visible condition, not a
-reason for kopf to retry forever.
+The report is read from rank 0's termination message; when that is gone (the pods were
+garbage-collected or the Job deleted before the operator looked), from the full copy the worker
+wrote into the run's results ConfigMap (workers/report.py). Whatever the text is (empty, cut off
+by the kubelet, a stack trace, a JSON list, another schema), the outcome is an `Ingested` value
+and never an exception: a bad report is a user-visible condition, not a reason to retry forever.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from accelbench.api.report import (
+    STORED_REPORT_LIMIT,
     FinetuneMetrics,
     ReportError,
     ReportKind,
@@ -47,6 +50,14 @@ class Ingested:
     @property
     def valid(self) -> bool:
         return self.condition.status == "True"
+
+
+@dataclass(frozen=True)
+class StoredReport:
+    """The ConfigMap copy of the report: `where` names it for the user, `text` is None when absent."""
+
+    where: str
+    text: str | None
 
 
 def _invalid(reason: str, message: str, generation: int | None) -> Ingested:
@@ -117,10 +128,18 @@ def results_of(report: WorkerReport, kind: str) -> FinetuneResults | BenchResult
     return report.bench  # the worker already wrote the status shape; it passes through
 
 
-def ingest(text: str | None, kind: str, generation: int | None = None) -> Ingested:
-    """Validate the termination message of rank 0 for a resource of `kind`."""
+def ingest(
+    text: str | None, kind: str, generation: int | None = None, stored: StoredReport | None = None
+) -> Ingested:
+    """Validate rank 0's report for a resource of `kind`: its termination message `text`, else the
+    `stored` copy (read only when the message is missing)."""
+    accepted = "worker report accepted"
     try:
-        report = parse_termination_message(text)
+        if (text is None or not text.strip()) and stored is not None and stored.text:
+            report = parse_termination_message(stored.text, STORED_REPORT_LIMIT)
+            accepted = f"worker report accepted from {stored.where} (the termination message was gone)"
+        else:
+            report = _parse(text, stored)
         if not report.ok:
             message = worker_error_message(report)
             return Ingested(
@@ -142,10 +161,15 @@ def ingest(text: str | None, kind: str, generation: int | None = None) -> Ingest
             Reason.RESULT_INVALID.value, f"report could not be read: {type(exc).__name__}", generation
         )
     condition = make_condition(
-        ConditionType.RESULT_VALID.value,
-        True,
-        Reason.RESULT_VALID.value,
-        "worker report accepted",
-        generation,
+        ConditionType.RESULT_VALID.value, True, Reason.RESULT_VALID.value, accepted, generation
     )
     return Ingested(condition, report=report, results=results)
+
+
+def _parse(text: str | None, stored: StoredReport | None) -> WorkerReport:
+    try:
+        return parse_termination_message(text)
+    except ReportError as exc:
+        if exc.reason == Reason.RESULT_MISSING.value and stored is not None:
+            raise ReportError(exc.reason, f"{exc}, and none is in {stored.where}") from None
+        raise

@@ -7,7 +7,7 @@ when nothing changed) and whether the phase moved, so the handler can post one e
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -16,7 +16,7 @@ from ..api.status import Children, ConditionType, Phase, Reason
 from ..cost import parse_time
 from .children import select_pods
 from .conditions import find_condition, make_condition, parse_conditions
-from .ingest import Ingested, ingest
+from .ingest import Ingested, StoredReport, ingest
 from .observe import Observation, job_condition, observe, observe_server, pod_job_name
 from .status import (
     apply_worker_error,
@@ -85,16 +85,58 @@ def _report_overdue(obs: Observation, now: datetime) -> bool:
     return ended is None or now - ended >= REPORT_GRACE
 
 
+# Reads the run's results ConfigMap copy of the report: (ConfigMap name) -> its text or None.
+StoredReader = Callable[[str], str | None]
+
+
 def _maybe_ingest(
-    status: Mapping[str, Any], obs: Observation, kind: str, generation: int | None, now: datetime
+    status: Mapping[str, Any],
+    obs: Observation,
+    kind: str,
+    generation: int | None,
+    now: datetime,
+    read_stored: StoredReader | None,
 ) -> Ingested | None:
-    """Read rank 0's report once, on the first terminal observation that has it (or after the grace)."""
+    """Read rank 0's report once, on the first terminal observation that has it (or after the grace);
+    without a termination message by then, the copy in the results ConfigMap (one read)."""
     if not obs.terminal or not needs_ingest(status):
         return None
     gone = obs.reason == Reason.JOB_DELETED.value  # its pods and their reports went with it
     if obs.termination_message is None and not gone and not _report_overdue(obs, now):
         return None
-    return ingest(obs.termination_message, kind, generation)
+    stored = None
+    children = _children(status)
+    if (
+        obs.termination_message is None
+        and read_stored is not None
+        and children
+        and children.results_config_map
+    ):
+        name = children.results_config_map
+        stored = StoredReport(f"ConfigMap {name}", read_stored(name))
+    return ingest(obs.termination_message, kind, generation, stored)
+
+
+def reported_before_vanishing(obs: Observation, ingested: Ingested | None, now: datetime) -> Observation:
+    """A Job deleted after rank 0 stored a valid report finished its work: the run Succeeded (its
+    completion is when the worker wrote the report, within the run's billed span)."""
+    if obs.reason != Reason.JOB_DELETED.value or ingested is None or not ingested.valid:
+        return obs
+    message = f"rank 0 stored its report in the results ConfigMap; {obs.message}"
+    start, gone = parse_time(obs.start_time), parse_time(obs.completion_time) or now
+    finished = parse_time(ingested.report.finished_at if ingested.report else None) or gone
+    finished = min(max(finished, start or finished), gone)
+    return dataclasses.replace(
+        obs,
+        phase=Phase.SUCCEEDED,
+        reason=Reason.COMPLETED.value,
+        message=message,
+        conditions=(
+            make_condition(ConditionType.RUNNING.value, False, Reason.COMPLETED.value, message),
+            make_condition(ConditionType.SUCCEEDED.value, True, Reason.COMPLETED.value, message),
+        ),
+        completion_time=finished.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    )
 
 
 def observe_resource(
@@ -103,10 +145,12 @@ def observe_resource(
     pods: Iterable[Mapping[str, Any]],
     now: datetime,
     refusals: Mapping[str, str] | None = None,
+    read_stored: StoredReader | None = None,
 ) -> StatusUpdate | None:
     """None when there is nothing for the observer to do (refused spec, children not applied yet,
     or a finished run whose Job was cleaned up by its TTL). `refusals`: Job name -> its latest
-    FailedCreate message, for the Jobs `jobs_to_ask_why` named."""
+    FailedCreate message, for the Jobs `jobs_to_ask_why` named. `read_stored`: reads the report
+    copy in the results ConfigMap, called only when the termination message is gone."""
     refusals = refusals or {}
     kind = str(body.get("kind"))
     status: Mapping[str, Any] = body.get("status") or {}
@@ -143,7 +187,8 @@ def observe_resource(
     if is_terminal(status) and not obs.terminal:
         return None  # e.g. a bench's server Job deleted after it failed: still the stored outcome
     obs = never_back_to_waiting(status, obs)
-    ingested = _maybe_ingest(status, obs, kind, generation, now)
+    ingested = _maybe_ingest(status, obs, kind, generation, now, read_stored)
+    obs = reported_before_vanishing(obs, ingested, now)
     obs = apply_worker_error(obs, recorded_worker_error(parse_conditions(status.get("conditions")), ingested))
     desired = derive_status(status, obs, generation=generation, now=now, ingested=ingested)
     patch = status_patch(status, desired)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -28,7 +28,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from ..api import parse_resource
-from ..api.contract import ENV_OPERATOR_OBSERVE_INTERVAL
+from ..api.contract import ENV_OPERATOR_OBSERVE_INTERVAL, REPORT_CONFIGMAP_KEY
 from ..api.status import ConditionType, Phase, Reason
 from ..cost import parse_time
 from .cache import ResourceKey, controller_of, is_controlled_by
@@ -262,13 +262,33 @@ def _refusals(
     return found
 
 
+def stored_report_reader(state: ControllerState, snap: Snapshot) -> Callable[[str], str | None]:
+    """Reads the report copy from the run's results ConfigMap: only one this resource controls
+    (a same-named predecessor's, still being garbage-collected, is not this run's)."""
+    namespace = snap.key[1]
+    uid = ((snap.body or {}).get("metadata") or {}).get("uid")
+
+    def read(name: str) -> str | None:
+        try:
+            found = state.kube.get("v1", "ConfigMap", namespace, name)
+        except (ApiException, HTTPError, OSError) as exc:
+            detail = api_error_message(exc) if isinstance(exc, ApiException) else str(exc)
+            raise RetryLater(f"reading ConfigMap {namespace}/{name} failed: {detail}") from exc
+        if found is None or not uid or not is_controlled_by(found, uid):
+            return None
+        return (found.get("data") or {}).get(REPORT_CONFIGMAP_KEY)
+
+    return read
+
+
 def observe_children(snap: Snapshot, w: Writes, state: ControllerState, now: datetime) -> Outcome:
     body = snap.body or {}
     kind, namespace, _ = snap.key
     stored = dict(body.get("status") or {})
     spec = dict(body.get("spec") or {})
     label = "observe-unchanged"
-    update = observe_resource(body, snap.jobs, snap.pods, now, _refusals(state, snap, stored, now))
+    refusals = _refusals(state, snap, stored, now)
+    update = observe_resource(body, snap.jobs, snap.pods, now, refusals, stored_report_reader(state, snap))
     if update is not None and update.changed:
         w.update(update.patch)
         label = "observe-changed"

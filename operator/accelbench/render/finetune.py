@@ -1,4 +1,4 @@
-"""FinetuneJob -> (headless Service when multi-host) + Indexed Job of training workers.
+"""FinetuneJob -> results ConfigMap + rank 0's RBAC + (headless Service when multi-host) + Indexed Job.
 
 Worker exit codes are api.contract.ExitCode; the Job's podFailurePolicy fails the Job at once on
 INVALID_CONFIG (retrying the same input cannot succeed) and retries ERROR and kills (137; the
@@ -12,6 +12,7 @@ Env of the training container (names in api.contract), user spec.env last, repla
     ENV_CACHE_DIR          an emptyDir for gs:// and s3:// inputs and outputs (only when there are any)
     ENV_METRICS_PORT       the Prometheus port the worker serves (named `metrics`)
     ENV_TERMINATION_LOG    where the compact WorkerReport goes
+    ENV_RESULTS_CONFIGMAP, ENV_POD_NAMESPACE   where rank 0 writes the full report (render/results.py)
     ENV_COMPLETION_INDEX   this host's index 0..hosts-1
     jax:     JAX_COORDINATOR_ADDRESS (<job>-0.<service>:8476, multi-host only),
              JAX_NUM_PROCESSES (= hosts), JAX_PROCESS_ID (= the index)
@@ -51,8 +52,15 @@ from ..plan.types import Plan
 from . import accelerator
 from .errors import RenderError
 from .meta import build_metadata, metrics_annotations, metrics_port_entry
-from .names import labels, selector_labels, train_job_name, train_service_name
+from .names import (
+    labels,
+    selector_labels,
+    train_job_name,
+    train_service_account_name,
+    train_service_name,
+)
 from .payload import job_payload_json
+from .results import build_reporter_rbac, build_results_config_map, reporter_env
 from .storage import ClaimUse, build_claim_volumes, cache_env, cache_volume, is_object_store
 from .workload import (
     JobShape,
@@ -108,6 +116,7 @@ def build_worker_env(job: FinetuneJob, plan: Plan) -> list[dict[str, Any]]:
         *([cache_env()] if uses_object_store(job) else []),
         env_value(ENV_METRICS_PORT, METRICS_PORT),
         env_value(ENV_TERMINATION_LOG, TERMINATION_LOG_PATH),
+        *reporter_env(job),
         env_completion_index(ENV_COMPLETION_INDEX),
         *build_distributed_env(train_job_name(name), train_service_name(name), plan),
     ]
@@ -154,6 +163,11 @@ def build_worker_container(job: FinetuneJob, plan: Plan, accel: AcceleratorSpec)
     return container
 
 
+def worker_account(job: FinetuneJob) -> str:
+    """The user's ServiceAccount (Workload Identity / IRSA for object storage), else the run's own."""
+    return job.spec.service_account_name or train_service_account_name(job.metadata.name)
+
+
 def build_worker_pod_template(job: FinetuneJob, plan: Plan, accel: AcceleratorSpec) -> dict[str, Any]:
     name = job.metadata.name
     container = build_worker_container(job, plan, accel)
@@ -161,9 +175,8 @@ def build_worker_pod_template(job: FinetuneJob, plan: Plan, accel: AcceleratorSp
     volumes = accelerator.mount_volumes(container, accel, volumes, mounts)
     pod: dict[str, Any] = {
         "restartPolicy": "Never",  # retries belong to the Job (and podFailurePolicy needs Never)
-        # The worker never talks to the Kubernetes API; its report leaves through the termination log.
-        "automountServiceAccountToken": False,
-        **({"serviceAccountName": sa} if (sa := job.spec.service_account_name) else {}),
+        # Its one API call: rank 0 patches the results ConfigMap with its report (render/results.py).
+        "serviceAccountName": worker_account(job),
         "securityContext": accelerator.build_pod_security(accel, run_as_non_root=True),
         "containers": [container],
     }
@@ -217,10 +230,18 @@ def check_plan(job: FinetuneJob, plan: Plan, accel: AcceleratorSpec) -> None:
 
 
 def render_finetune(job: FinetuneJob, plan: Plan, catalog: Catalog) -> list[dict[str, Any]]:
-    """The children of a FinetuneJob: the headless Service first (multi-host only), then the Job,
-    so the pods' DNS names exist by the time they start."""
+    """The children of a FinetuneJob in apply order: what the pods refer to (the results ConfigMap,
+    rank 0's RBAC, the headless Service of a multi-host run, so the pods' DNS names exist), then
+    the Job."""
     accel = catalog.get(plan.accelerator)
     check_plan(job, plan, accel)
-    objects = [build_train_service(job, plan)] if plan.multi_host else []
+    name = job.metadata.name
+    train_labels = labels(job.kind, name, Role.TRAIN, plan.accelerator)
+    objects = [
+        build_results_config_map(job, train_labels),
+        *build_reporter_rbac(job, train_service_account_name(name), worker_account(job), train_labels),
+    ]
+    if plan.multi_host:
+        objects.append(build_train_service(job, plan))
     objects.append(build_train_job(job, plan, accel))
     return objects

@@ -32,9 +32,8 @@ ENV_HEALTH_PATH, ENV_READY_TIMEOUT, ENV_RESULTS_CONFIGMAP (the ConfigMap it patc
 results), ENV_POD_NAMESPACE, ENV_TERMINATION_LOG, ENV_METRICS_PORT. The served model name is
 discovered from the endpoint's /v1/models. Exit codes: api.contract.ExitCode.
 
-The client's results write is the one call a pod makes to the Kubernetes API: its own
-ServiceAccount may get, patch and update only its own results ConfigMap (build_client_rbac); every
-other pod runs without an API token.
+The client's results write is the one call it makes to the Kubernetes API: its ServiceAccount may
+patch only the run's results ConfigMap (render/results.py); the server pod runs without an API token.
 """
 
 from __future__ import annotations
@@ -49,9 +48,7 @@ from ..api.contract import (
     ENV_JOB,
     ENV_METRICS_PORT,
     ENV_OUTPUT_URI,
-    ENV_POD_NAMESPACE,
     ENV_READY_TIMEOUT,
-    ENV_RESULTS_CONFIGMAP,
     ENV_TERMINATION_LOG,
     ENV_TOKENIZER_DIR,
     METRICS_PORT,
@@ -69,12 +66,12 @@ from .names import (
     client_job_name,
     client_service_account_name,
     labels,
-    results_config_map_name,
     selector_labels,
     server_name,
     server_service_name,
 )
 from .payload import job_payload_json
+from .results import build_reporter_rbac, build_results_config_map, reporter_env
 from .storage import (
     FETCH_CONTAINER,
     ClaimUse,
@@ -91,7 +88,6 @@ from .workload import (
     JobShape,
     build_job,
     container_base,
-    env_field,
     env_value,
     is_suspended,
     merge_env,
@@ -437,8 +433,7 @@ def build_client_env(bench: InferenceBench, plan: Plan) -> list[dict[str, Any]]:
         env.append(env_value(ENV_HEALTH_PATH, path))
     env += [
         env_value(ENV_READY_TIMEOUT, bench.spec.server.readiness_timeout_seconds),
-        env_value(ENV_RESULTS_CONFIGMAP, results_config_map_name(bench.metadata.name)),
-        env_field(ENV_POD_NAMESPACE, "metadata.namespace"),
+        *reporter_env(bench),
         env_value(ENV_TERMINATION_LOG, TERMINATION_LOG_PATH),
         env_value(ENV_METRICS_PORT, METRICS_PORT),  # cells done, for status.progress
     ]
@@ -498,19 +493,6 @@ def build_client_job(
     return build_job(metadata, shape, bench.spec, template)
 
 
-def build_results_config_map(bench: InferenceBench, plan: Plan) -> dict[str, Any]:
-    """Created empty (no `data`), so a re-apply by the operator never claims or clears the keys
-    the client writes."""
-    name = bench.metadata.name
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": build_metadata(
-            bench, results_config_map_name(name), labels(bench.kind, name, Role.CLIENT, plan.accelerator)
-        ),
-    }
-
-
 def client_account(bench: InferenceBench) -> str:
     """The load generator's ServiceAccount: the user's (spec.serviceAccountName: the one Workload
     Identity / IRSA maps to the output bucket), else one of its own."""
@@ -518,47 +500,10 @@ def client_account(bench: InferenceBench) -> str:
 
 
 def build_client_rbac(bench: InferenceBench, plan: Plan) -> list[dict[str, Any]]:
-    """The client's ServiceAccount (unless it is the user's) may write its own results ConfigMap and
-    nothing else: a Role and RoleBinding named after the bench, bound to that account."""
+    """The client reports into the results ConfigMap (render/results.py) and may write nothing else."""
     name = bench.metadata.name
-    role = client_service_account_name(name)
     meta_labels = labels(bench.kind, name, Role.CLIENT, plan.accelerator)
-    own_account = (
-        []
-        if bench.spec.service_account_name
-        else [
-            {
-                "apiVersion": "v1",
-                "kind": "ServiceAccount",
-                "metadata": build_metadata(bench, role, meta_labels),
-            }
-        ]
-    )
-    return [
-        *own_account,
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": build_metadata(bench, role, meta_labels),
-            "rules": [
-                {
-                    "apiGroups": [""],
-                    "resources": ["configmaps"],
-                    "resourceNames": [results_config_map_name(name)],
-                    "verbs": ["get", "patch", "update"],
-                }
-            ],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": build_metadata(bench, role, meta_labels),
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
-            "subjects": [
-                {"kind": "ServiceAccount", "name": client_account(bench), "namespace": namespace_of(bench)}
-            ],
-        },
-    ]
+    return build_reporter_rbac(bench, client_service_account_name(name), client_account(bench), meta_labels)
 
 
 def check_plan(bench: InferenceBench, plan: Plan) -> None:
@@ -583,7 +528,10 @@ def render_inference(
     """
     check_plan(bench, plan)
     accel = catalog.get(plan.accelerator)
-    objects = [build_results_config_map(bench, plan), *build_client_rbac(bench, plan)]
+    results = build_results_config_map(
+        bench, labels(bench.kind, bench.metadata.name, Role.CLIENT, plan.accelerator)
+    )
+    objects = [results, *build_client_rbac(bench, plan)]
     if bench.spec.server.engine != Engine.EXTERNAL:
         objects.append(build_server_service(bench, plan))
         objects.append(build_server_job(bench, plan, accel, client_image(bench, accel, catalog)))

@@ -49,6 +49,11 @@ def client_service_account_name(name: str) -> str:
     return f"{name}-client"
 
 
+def train_service_account_name(name: str) -> str:
+    # Also the name of the Role and RoleBinding that let rank 0 write its results ConfigMap.
+    return f"{name}-train"
+
+
 def results_config_map_name(name: str) -> str:
     return f"{name}-results"
 
@@ -73,7 +78,11 @@ def labels(kind: str, name: str, role: Role, accelerator: str) -> dict[str, str]
 
 def finetune_children(name: str, multi_host: bool) -> Children:
     """What status.children shows for a FinetuneJob. `job` is the Job whose rank 0 reports."""
-    return Children(job=train_job_name(name), service=train_service_name(name) if multi_host else None)
+    return Children(
+        job=train_job_name(name),
+        service=train_service_name(name) if multi_host else None,
+        results_config_map=results_config_map_name(name),
+    )
 
 
 def inference_children(name: str, external: bool) -> Children:

@@ -1,22 +1,37 @@
-"""Outcome -> WorkerReport, and how a worker leaves: termination message, log line, exit code.
+"""Outcome -> WorkerReport, and how a worker leaves: report copies and exit code.
 
-The compact report goes to the termination-message file (ENV_TERMINATION_LOG, else
-TERMINATION_LOG_PATH when writable), which the operator parses with api.parse_termination_message.
-The full report is the last line of stdout, prefixed with REPORT_LOG_PREFIX so a log reader finds
-it. Exit codes: api.contract.ExitCode.
+A report leaves three ways, so that losing one loses nothing:
+- compact, to the termination-message file (ENV_TERMINATION_LOG, else TERMINATION_LOG_PATH when
+  writable), which the operator parses with api.parse_termination_message;
+- full, to the run's results ConfigMap under REPORT_CONFIGMAP_KEY (rank 0 only; ENV_RESULTS_CONFIGMAP
+  in ENV_POD_NAMESPACE), which outlives the pod and its Job: the operator reads it when the
+  termination message is gone;
+- full, as the last line of stdout prefixed with REPORT_LOG_PREFIX, for a person reading the log.
+None of these writes can fail the worker: a measured run is never thrown away over its report.
+Exit codes: api.contract.ExitCode.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import sys
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TextIO
 
-from ..api.contract import ENV_TERMINATION_LOG, REPORT_LOG_PREFIX, TERMINATION_LOG_PATH, ExitCode
+from ..api.contract import (
+    ENV_POD_NAMESPACE,
+    ENV_RESULTS_CONFIGMAP,
+    ENV_TERMINATION_LOG,
+    REPORT_CONFIGMAP_KEY,
+    REPORT_LOG_PREFIX,
+    TERMINATION_LOG_PATH,
+    ExitCode,
+)
 from ..api.report import (
     FinetuneMetrics,
     Memory,
@@ -29,7 +44,10 @@ from ..api.status import WORKER_FAILURE_REASONS
 from .finetune import FinetuneOutcome, StepRecord
 from .flops import mfu
 
+log = logging.getLogger(__name__)
+
 LOSS_HISTORY_LIMIT = 2000  # the full report keeps this many per-step losses (thinned evenly beyond)
+CONFIGMAP_ATTEMPTS = 4  # the apiserver away for a moment: 1 + 2 + 4 s of waiting, then give up
 
 
 def steady_steps(steps: list[StepRecord], excluded: int) -> list[StepRecord]:
@@ -169,23 +187,82 @@ def termination_log_path(env: Mapping[str, str] | None = None) -> Path | None:
     return None
 
 
+def write_termination_message(report: WorkerReport, path: Path) -> bool:
+    """The compact report; a report that cannot be made to fit leaves the file empty (the operator
+    then reads the ConfigMap copy) rather than failing a run that measured."""
+    try:
+        text = report.to_termination_message()
+    except ValueError as exc:
+        print(f"warning: {exc}; the full report is in the results ConfigMap and the log", file=sys.stderr)
+        text = ""
+    try:
+        path.write_text(text)
+    except OSError as exc:
+        print(f"warning: cannot write the termination message to {path}: {exc}", file=sys.stderr)
+        return False
+    return bool(text)
+
+
+def write_results_config_map(
+    data: Mapping[str, str],
+    env: Mapping[str, str] | None = None,
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+) -> bool:
+    """Merge `data` into the run's results ConfigMap; False (logged) when there is none to write to
+    (a laptop run) or the apiserver refused every attempt. The pod's ServiceAccount may patch that one
+    ConfigMap (render/results.py); the local executor's pods reach the API through KUBECONFIG."""
+    env = os.environ if env is None else env
+    name, namespace = env.get(ENV_RESULTS_CONFIGMAP), env.get(ENV_POD_NAMESPACE)
+    if not name or not namespace:
+        return False
+    in_cluster = bool(env.get("KUBERNETES_SERVICE_HOST"))
+    kubeconfig = env.get("KUBECONFIG")
+    if not in_cluster and not kubeconfig:
+        log.info("not in a cluster: results ConfigMap %s/%s not written", namespace, name)
+        return False
+    from kubernetes import client, config
+
+    for attempt in range(CONFIGMAP_ATTEMPTS):
+        try:
+            if in_cluster:
+                config.load_incluster_config()
+            else:
+                config.load_kube_config(kubeconfig)
+            client.CoreV1Api().patch_namespaced_config_map(name, namespace, {"data": dict(data)})
+        except Exception as exc:  # the termination message and the log still carry the report
+            status = getattr(exc, "status", None)
+            final = attempt == CONFIGMAP_ATTEMPTS - 1 or status in (400, 401, 403, 404, 413, 422)
+            log.warning("cannot patch ConfigMap %s/%s (%s): %s", namespace, name, status, exc)
+            if final:
+                return False
+            sleep(2**attempt)
+            continue
+        log.info("patched ConfigMap %s/%s keys %s", namespace, name, ", ".join(sorted(data)))
+        return True
+    return False
+
+
 def write_report(
     report: WorkerReport,
     *,
     env: Mapping[str, str] | None = None,
     stream: TextIO | None = None,
+    extra: Mapping[str, str] | None = None,
 ) -> Path | None:
-    """Compact form to the termination log (when there is one), full JSON as stdout's last line.
-    Returns the termination-log path written, if any."""
+    """Every copy of the report (module docstring); `extra`: more ConfigMap keys written in the same
+    patch (the bench's full results). Returns the termination-log path written, if any."""
+    if report.finished_at is None:
+        finished = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        report = report.model_copy(update={"finished_at": finished})
+    full = json.dumps(report.to_wire(), separators=(",", ":"), allow_nan=False)
     path = termination_log_path(env)
-    if path is not None:
-        try:
-            path.write_text(report.to_termination_message())
-        except OSError as exc:
-            print(f"warning: cannot write the termination message to {path}: {exc}", file=sys.stderr)
-            path = None
+    if path is not None and not write_termination_message(report, path):
+        path = None
+    if report.rank == 0:
+        write_results_config_map({REPORT_CONFIGMAP_KEY: full, **(extra or {})}, env)
     out = stream or sys.stdout
-    out.write(REPORT_LOG_PREFIX + json.dumps(report.to_wire(), separators=(",", ":"), allow_nan=False) + "\n")
+    out.write(REPORT_LOG_PREFIX + full + "\n")
     out.flush()
     return path
 

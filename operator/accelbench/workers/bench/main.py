@@ -34,11 +34,9 @@ from ...api.contract import (
     ENV_HEALTH_PATH,
     ENV_JOB,
     ENV_OUTPUT_URI,
-    ENV_POD_NAMESPACE,
     ENV_READY_TIMEOUT,
-    ENV_RESULTS_CONFIGMAP,
-    ENV_TERMINATION_LOG,
     ENV_TOKENIZER_DIR,
+    RESULTS_CONFIGMAP_KEY,
     ExitCode,
 )
 from ...api.errors import describe
@@ -46,16 +44,16 @@ from ...api.inference import InferenceBenchSpec, RequestApi, Slo, Workload
 from ...api.payload import JobPayload
 from .. import storage
 from ..metrics import BenchMetrics, metrics_port, start_metrics_server
+from ..report import write_report
 from .client import discover_model, make_session, probe, wait_ready
 from .prompts import ApproxTokenizer, LocalTokenizer, PromptFactory, Tokenizer, probe_server_tokenizer
 from .results import (
     RESULTS_SCHEMA_VERSION,
     bench_results,
+    fit_configmap,
     upload_results,
     worker_report,
-    write_configmap,
     write_local,
-    write_termination_log,
 )
 from .runner import Runner, RunSettings
 from .sweep import run_sweep
@@ -337,20 +335,19 @@ def main(argv: Sequence[str] | None = None, env: dict[str, str] | None = None) -
     env = dict(os.environ) if env is None else env
     args = build_parser().parse_args(argv)
     started = time.perf_counter()
-    term_log = env.get(ENV_TERMINATION_LOG)
     try:
         with asyncio.Runner(loop_factory=loop_factory(args.event_loop)) as runner:
             full, compact = runner.run(run(args, env))
     except ConfigError as exc:
         log.error("%s", exc)
-        write_termination_log(worker_report(None, time.perf_counter() - started, versions(), exc), term_log)
+        write_report(worker_report(None, time.perf_counter() - started, versions(), exc), env=env)
         return ExitCode.INVALID_CONFIG
     except Exception as exc:
         log.exception("bench failed")
-        write_termination_log(worker_report(None, time.perf_counter() - started, versions(), exc), term_log)
+        write_report(worker_report(None, time.perf_counter() - started, versions(), exc), env=env)
         return ExitCode.ERROR
     write_local(full, args.out)
-    write_configmap(full, env.get(ENV_RESULTS_CONFIGMAP), env.get(ENV_POD_NAMESPACE))
+    results = {RESULTS_CONFIGMAP_KEY: fit_configmap(full)}
     report = worker_report(compact, time.perf_counter() - started, versions())
     output = env.get(ENV_OUTPUT_URI)
     if output:
@@ -360,10 +357,9 @@ def main(argv: Sequence[str] | None = None, env: dict[str, str] | None = None) -
             # Measured, but not where the spec says: not retried (that would measure again).
             failed = storage.OutputError(f"the bench finished but {exc}")
             log.error("%s", failed)
-            write_termination_log(
-                worker_report(None, time.perf_counter() - started, versions(), failed), term_log
-            )
+            error = worker_report(None, time.perf_counter() - started, versions(), failed)
+            write_report(error, env=env, extra=results)
             return ExitCode.INVALID_CONFIG
-    write_termination_log(report, term_log)
+    write_report(report, env=env, extra=results)
     print(json.dumps(full["summary"], indent=1))
     return ExitCode.OK

@@ -1,15 +1,14 @@
 """Results: compact cells for the WorkerReport, the full JSON, and where both are written.
 
-The compact BenchResults goes in the termination message (api/report.py thins the cell list to
-fit 4 KiB); the full per-cell JSON goes to the results ConfigMap, with --out to a local file, and
-with spec.output (ENV_OUTPUT_URI) to object storage beside the HTML report.
+The compact BenchResults goes in the WorkerReport (workers/report.py writes its copies); the full
+per-cell JSON goes to the results ConfigMap beside it, with --out to a local file, and with
+spec.output (ENV_OUTPUT_URI) to object storage beside the HTML report.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 
 from ...api.contract import RESULTS_CONFIGMAP_KEY
@@ -20,7 +19,7 @@ from ..report import error_type
 log = logging.getLogger("accelbench.bench")
 
 RESULTS_SCHEMA_VERSION = 1
-CONFIGMAP_LIMIT_BYTES = 1_000_000  # etcd caps an object near 1 MiB
+CONFIGMAP_LIMIT_BYTES = 700_000  # etcd caps an object near 1 MiB; the WorkerReport shares it
 
 
 def _pick(stats: dict | None, key: str) -> float | None:
@@ -91,15 +90,6 @@ def worker_report(
     )
 
 
-def write_termination_log(report: WorkerReport, path: str | None) -> None:
-    if not path:
-        return
-    try:
-        Path(path).write_text(report.to_termination_message())
-    except OSError as exc:
-        log.warning("cannot write the termination message to %s: %s", path, exc)
-
-
 def write_local(full: dict, path: str | None) -> None:
     if path:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -117,37 +107,6 @@ def fit_configmap(full: dict, limit: int = CONFIGMAP_LIMIT_BYTES) -> str:
     slim["cells"] = [{k: v for k, v in c.items() if k not in dropped} for c in full["cells"]]
     slim["truncated"] = True
     return json.dumps(slim, separators=(",", ":"), allow_nan=False)
-
-
-def write_configmap(full: dict, name: str | None, namespace: str | None) -> bool:
-    """Patch the results ConfigMap; outside a cluster (no service account) it logs and skips.
-
-    The one Kubernetes API call a pod makes (declared in render/inference.py and the README): the
-    client's own ServiceAccount may get, patch and update only this ConfigMap.
-    """
-    if not name or not namespace:
-        log.info("no results ConfigMap named (ACCELBENCH_RESULTS_CONFIGMAP/POD_NAMESPACE): skipped")
-        return False
-    in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
-    kubeconfig = os.environ.get("KUBECONFIG")  # the local executor's pods reach the API this way
-    if not in_cluster and not kubeconfig:
-        log.info("not in a cluster: results ConfigMap %s/%s not written", namespace, name)
-        return False
-    try:
-        from kubernetes import client, config
-
-        if in_cluster:
-            config.load_incluster_config()
-        else:
-            config.load_kube_config(kubeconfig)
-        client.CoreV1Api().patch_namespaced_config_map(
-            name, namespace, {"data": {RESULTS_CONFIGMAP_KEY: fit_configmap(full)}}
-        )
-    except Exception as exc:  # the termination message still carries the compact results
-        log.warning("cannot patch ConfigMap %s/%s: %s", namespace, name, exc)
-        return False
-    log.info("patched ConfigMap %s/%s key %s", namespace, name, RESULTS_CONFIGMAP_KEY)
-    return True
 
 
 def upload_results(full: dict, report: WorkerReport, uri: str) -> None:

@@ -286,6 +286,14 @@ def needs_launcher(framework: Framework, env: Mapping[str, str]) -> bool:
     return nnodes * nproc > 1
 
 
+def host_rank(env: Mapping[str, str]) -> int:
+    """This host's index before the job is read: only index 0 writes the run's results ConfigMap."""
+    try:
+        return max(int(env.get(ENV_NODE_RANK) or env.get(ENV_COMPLETION_INDEX) or 0), 0)
+    except ValueError:
+        return 0
+
+
 def launch_torchrun(argv: Sequence[str], env: Mapping[str, str]) -> int:
     """Re-run this module under torchrun; map the workers' outcome to this pod's exit code."""
     node_rank = env.get(ENV_NODE_RANK) or env.get(ENV_COMPLETION_INDEX) or 0
@@ -311,7 +319,9 @@ def launch_torchrun(argv: Sequence[str], env: Mapping[str, str]) -> int:
             return ExitCode.OK if rc == 0 else ExitCode.ERROR
         return exit_code_of_type(report.error.type) if report.error else ExitCode.ERROR
     if rc != 0:
-        crash = error_report(RuntimeError(f"torchrun exited with {rc} before a report was written"))
+        crash = error_report(
+            RuntimeError(f"torchrun exited with {rc} before a report was written"), rank=host_rank(env)
+        )
         write_report(crash, env=env)
         return ExitCode.ERROR
     return ExitCode.OK
@@ -327,7 +337,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         job_input = load_job(args.job, env)
     except InvalidConfigError as exc:
         _stderr(f"error: invalid config: {exc}")
-        write_report(error_report(exc), env=env)
+        write_report(error_report(exc, rank=host_rank(env)), env=env)
         return ExitCode.INVALID_CONFIG
     if needs_launcher(job_input.plan.framework, env):
         return launch_torchrun(list(argv if argv is not None else sys.argv[1:]), env)
