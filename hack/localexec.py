@@ -10,8 +10,9 @@ What differs from a kubelet, on purpose:
 - one container per pod after its init containers, which run in order first (sidecars are not run);
   a failing init container fails the pod with its exit code and termination message, as a kubelet
   with restartPolicy Never does;
-- env `value`, `fieldRef`, `secretKeyRef` and `configMapKeyRef` are resolved (the two refs read
-  through the API with the executor's credentials, as a kubelet reads them); `envFrom` is not;
+- env `value`, `fieldRef`, `secretKeyRef` and `configMapKeyRef`, and `envFrom` (secretRef,
+  configMapRef, prefix) are resolved (the refs read through the API with the executor's
+  credentials, as a kubelet reads them);
 - an emptyDir volume is a directory of the pod's own; its mountPath in env values and in the
   command line is rewritten to that directory (a bind mount, as a runtime makes). Other volumes
   are not mounted;
@@ -101,7 +102,8 @@ class ConfigError(Exception):
     """What a kubelet reports as CreateContainerConfigError (a missing Secret or key)."""
 
 
-RefReader = Callable[[str, str, str, str], "str | None"]  # (kind, namespace, name, key) -> value
+# (kind, namespace, name) -> the Secret's (decoded) or ConfigMap's data, None when it does not exist
+DataReader = Callable[[str, str, str], "dict[str, str] | None"]
 
 
 def mounted_paths(pod: dict[str, Any], container: dict[str, Any], podir: Path) -> dict[str, str]:
@@ -128,7 +130,7 @@ def container_env(
     container: dict[str, Any],
     termination_file: Path,
     kubeconfig: str | None = None,
-    read_ref: RefReader | None = None,
+    read_data: DataReader | None = None,
     paths: dict[str, str] | None = None,
 ) -> dict[str, str]:
     """The pod's environment; `kubeconfig` holds its own ServiceAccount token (None: no API access).
@@ -139,16 +141,25 @@ def container_env(
         env["KUBECONFIG"] = kubeconfig
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     namespace = pod["metadata"]["namespace"]
+    for source in container.get("envFrom") or []:
+        if read_data is None:
+            break
+        kind = "Secret" if "secretRef" in source else "ConfigMap"
+        ref = source.get("secretRef") or source.get("configMapRef") or {}
+        data = read_data(kind, namespace, ref["name"])
+        if data is None and not ref.get("optional"):
+            raise ConfigError(f"{kind.lower()} {ref['name']!r} does not exist (envFrom)")
+        env.update({f"{source.get('prefix', '')}{key}": value for key, value in (data or {}).items()})
     for item in container.get("env") or []:
         source = item.get("valueFrom") or {}
         if "value" in item:
             env[item["name"]] = remap(localize(str(item["value"])), paths or {})
         elif "fieldRef" in source:
             env[item["name"]] = resolve_field(pod, source["fieldRef"]["fieldPath"])
-        elif ("secretKeyRef" in source or "configMapKeyRef" in source) and read_ref is not None:
+        elif ("secretKeyRef" in source or "configMapKeyRef" in source) and read_data is not None:
             kind = "Secret" if "secretKeyRef" in source else "ConfigMap"
             ref = source.get("secretKeyRef") or source.get("configMapKeyRef")
-            value = read_ref(kind, namespace, ref["name"], ref["key"])
+            value = (read_data(kind, namespace, ref["name"]) or {}).get(ref["key"])
             if value is None and not ref.get("optional"):
                 raise ConfigError(
                     f"{kind.lower()} {ref['name']!r} has no key {ref['key']!r} (or does not exist)"
@@ -340,13 +351,13 @@ class Executor:
         path.chmod(0o600)
         return str(path)
 
-    def read_ref(self, kind: str, namespace: str, name: str, key: str) -> str | None:
-        """A Secret's or ConfigMap's key, as the kubelet reads it for env; None when absent."""
+    def read_data(self, kind: str, namespace: str, name: str) -> dict[str, str] | None:
+        """A Secret's (decoded) or ConfigMap's data, as the kubelet reads it for env; None when absent."""
         try:
             if kind == "Secret":
                 data = self.core.read_namespaced_secret(name, namespace).data or {}
-                return base64.b64decode(data[key]).decode() if key in data else None
-            return (self.core.read_namespaced_config_map(name, namespace).data or {}).get(key)
+                return {key: base64.b64decode(value).decode() for key, value in data.items()}
+            return dict(self.core.read_namespaced_config_map(name, namespace).data or {})
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -374,7 +385,7 @@ class Executor:
         paths = mounted_paths(pod, container, podir)
         try:
             kubeconfig = self.pod_kubeconfig(pod, podir)
-            env = container_env(pod, container, run.termination_file, kubeconfig, self.read_ref, paths)
+            env = container_env(pod, container, run.termination_file, kubeconfig, self.read_data, paths)
         except (ConfigError, ApiException) as exc:
             return f"CreateContainerConfigError: {exc}"
         if any(p.get("name") == METRICS_PORT_NAME for p in container.get("ports") or []):

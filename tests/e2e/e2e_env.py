@@ -95,6 +95,7 @@ class OperatorProcess:
         self.starts = 0
         self.metrics_port = localcluster.free_port()
         self.namespace = "default"  # where it reads its price ConfigMap (POD_NAMESPACE)
+        self.extra_env: dict[str, str] = {}  # e.g. the chart's settings, once it runs as the chart's pod
 
     def start(self) -> None:
         self.starts += 1
@@ -104,6 +105,7 @@ class OperatorProcess:
             ENV_OPERATOR_OBSERVE_INTERVAL: "1",
             ENV_OPERATOR_METRICS_PORT: str(self.metrics_port),
             ENV_POD_NAMESPACE: self.namespace,
+            **self.extra_env,
         }
         log = (self.logdir / f"{self.name}-{self.starts}.log").open("wb")
         self.process = subprocess.Popen(

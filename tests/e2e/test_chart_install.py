@@ -9,6 +9,8 @@ from pathlib import Path
 import yaml
 from e2e_env import ROOT, Env, localcluster, wait_for
 
+from accelbench.api.contract import ENV_OPERATOR_METRICS_NAMESPACES, ENV_OPERATOR_NETWORK_POLICIES
+
 RELEASE, NAMESPACE = "accelbench", "accelbench-system"
 
 
@@ -55,6 +57,12 @@ def test_helm_install_and_the_operator_runs_under_the_charts_service_account(env
     assert denied.returncode != 0 and "forbidden" in denied.stderr  # least privilege, not admin
     env.operator.kubeconfig = kubeconfig
     env.operator.namespace = NAMESPACE
+    # ... and with the chart's settings for what it renders (its NetworkPolicies).
+    container_env = {e["name"]: e.get("value") for e in pod_spec["containers"][0]["env"]}
+    env.operator.extra_env = {
+        k: container_env[k] for k in (ENV_OPERATOR_NETWORK_POLICIES, ENV_OPERATOR_METRICS_NAMESPACES)
+    }
+    assert env.operator.extra_env[ENV_OPERATOR_NETWORK_POLICIES] == "true"  # on unless turned off
     env.operator.restart()
     wait_for(lambda: "accelbench controller configured" in env.operator.log(), what="operator start-up")
     assert env.operator.process is not None and env.operator.process.poll() is None

@@ -297,3 +297,39 @@ def test_a_bench_whose_model_is_missing_fails_with_the_fetchs_reason_not_a_timeo
         timeout=60,
         what="bench-missing's Jobs removed",
     )
+
+
+def test_secrets_reach_the_pods_and_appear_nowhere_else(env: Env, stores: objectstores.ObjectStores) -> None:
+    """The S3 keys as a whole Secret (envFrom) and a private-registry Secret (imagePullSecrets): the
+    bench fetches its model, serves it and uploads its results with them, which proves they reached
+    every pod; then the key is searched for, and not found, in everything the operator, the cluster
+    and the pods left behind: the resource (spec, status, annotations), its Jobs, pods and results
+    ConfigMap, the namespace's Events, the pods' logs and the operator's log."""
+    name = "bench-env-from"
+    body = bench(name, stores, f"s3://{BUCKET}/models/tiny-llama")
+    body["spec"]["env"] = [e for e in store_env(stores) if "valueFrom" not in e]  # endpoints only
+    body["spec"]["envFrom"] = [{"secretRef": {"name": CREDENTIALS}}]
+    body["spec"]["imagePullSecrets"] = [{"name": "registry-credentials"}]
+    body["spec"]["output"] = {"uri": f"s3://{BUCKET}/bench-out/{name}"}
+    env.apply(body)
+    obj = terminal(env, name, plural="inferencebenches")
+    assert obj["status"]["phase"] == "Succeeded", obj["status"]
+    assert storage.read_manifest(f"s3://{BUCKET}/bench-out/{name}")["objects"]  # written with the keys
+
+    pods = env.core.list_namespaced_pod("default", label_selector=f"accelbench.io/instance={name}").items
+    assert pods and all(p.spec.image_pull_secrets[0].name == "registry-credentials" for p in pods)
+    left_behind = [
+        yaml.safe_dump(env.get("inferencebenches", name)),
+        yaml.safe_dump([j.to_dict() for j in env.batch.list_namespaced_job("default").items], default=str),
+        yaml.safe_dump([p.to_dict() for p in pods], default=str),
+        yaml.safe_dump(
+            env.core.read_namespaced_config_map(f"{name}-results", "default").to_dict(), default=str
+        ),
+        yaml.safe_dump([e.to_dict() for e in env.core.list_namespaced_event("default").items], default=str),
+        env.operator.log(),
+    ]
+    logs = list((env.workdir / "localexec" / "default").glob(f"{name}-*/*.log"))
+    assert logs, "the pods' logs"
+    left_behind += [p.read_text(errors="replace") for p in logs]
+    for text in left_behind:
+        assert objectstores.S3_ROOT_SECRET not in text

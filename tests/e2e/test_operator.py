@@ -254,6 +254,10 @@ def test_quickstart_runs_the_real_worker_and_reports_throughput_and_cost(
     header, row = table.splitlines()[:2]
     assert "TOKENS/S" in header and "COST $" in header
     assert "Succeeded" in row and "cpu" in row
+    # The chart's operator renders the run's NetworkPolicy (accepted by the API server; the local
+    # control plane has no network plugin to enforce it: tests/unit/test_network.py reads its meaning).
+    policy = env.kubectl("get", "networkpolicy", "quick-train", "-o", "yaml").stdout
+    assert "quick" in yaml.safe_load(policy)["metadata"]["ownerReferences"][0]["name"]
 
 
 def test_pass_at_k_reaches_the_status_through_the_operator(
@@ -431,7 +435,12 @@ def test_quickstart_inference_bench_serves_measures_and_stops_the_server(
     progress = obj["status"]["progress"]
     assert progress["step"] == progress["totalSteps"] == len(results["cells"]) >= 2, progress
     data = env.core.read_namespaced_config_map("quick-bench-results", "default").data or {}
-    assert "results.json" in data  # the full per-cell JSON, written by the client
+    assert {"results.json", "report.json"} <= set(data)  # the full per-cell JSON and the report
+    policies = env.kubectl("get", "networkpolicies", "-o", "name").stdout.split()
+    assert {
+        "networkpolicy.networking.k8s.io/quick-bench-server",
+        "networkpolicy.networking.k8s.io/quick-bench-client",
+    } <= set(policies)
     # ... as its own ServiceAccount (the local executor gives each pod a token of its own, as a
     # kubelet does), which may write that ConfigMap and no other.
     (pod_kubeconfig,) = (env.workdir / "localexec" / "default").glob("quick-bench-client-*/kubeconfig")
@@ -471,6 +480,38 @@ def test_quickstart_inference_bench_serves_measures_and_stops_the_server(
         timeout=60,
         what="server stopped after the run",
     )
+
+
+def test_the_quickstarts_run_in_a_pod_security_restricted_namespace(env: Env, tiny: dict[str, str]) -> None:
+    """Every pod of both quickstarts (training worker; engine, load generator) meets the `restricted`
+    profile: the namespace enforces it, and both runs finish with their results."""
+    ns = "quickstart-restricted"
+    env.core.create_namespace(
+        client.V1Namespace(
+            metadata=client.V1ObjectMeta(name=ns, labels={"pod-security.kubernetes.io/enforce": "restricted"})
+        )
+    )
+    try:
+        train = local_job("quick-restricted", tiny)
+        bench = yaml.safe_load((ROOT / "examples/quickstart/inference-tiny-cpu.yaml").read_text())
+        bench["metadata"]["name"] = "bench-restricted"
+        bench["spec"]["model"]["uri"] = tiny["model"]
+        bench["spec"]["workload"].update({"inputLengths": [16], "concurrency": [1], "requestsPerPoint": 3})
+        for body in (train, bench):
+            body["metadata"]["namespace"] = ns
+            env.apply(body)
+        for plural, name in ((FT, "quick-restricted"), ("inferencebenches", "bench-restricted")):
+            obj = wait_for(
+                lambda p=plural, n=name: (
+                    (o := env.get(p, n, ns))["status"].get("phase") in ("Succeeded", "Failed") and o
+                ),
+                timeout=300,
+                what=f"{name} terminal",
+            )
+            assert obj["status"]["phase"] == "Succeeded", obj["status"]
+            assert obj["status"]["results"], obj["status"]  # the bench's: its engine answered too
+    finally:
+        env.kubectl("delete", "namespace", ns, "--wait=false")
 
 
 def test_queued_bench_client_waits_for_the_servers_admission_then_runs(

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import yaml
-from e2e_env import ROOT, Env, localcluster
+from e2e_env import ROOT, Env, localcluster, wait_for
 
 RELEASE, NAMESPACE = "accelbench", "accelbench-system"
 OPERATOR = f"system:serviceaccount:{NAMESPACE}:{RELEASE}"
@@ -36,6 +36,11 @@ GRANTED_WITHOUT_A_REQUEST: dict[tuple[str, str, str], str] = {
             ("rbac.authorization.k8s.io", "rolebindings"),
         )
     },
+    **{
+        ("accelbench.io", f"{plural}/finalizers", "update"): "OwnerReferencesPermissionEnforcement asks "
+        "it of whoever sets blockOwnerDeletion on an owner reference (an authorization check, not a request)"
+        for plural in ("finetunejobs", "inferencebenches")
+    },
 }
 
 
@@ -52,7 +57,8 @@ def audit_events(env: Env) -> Iterator[dict[str, Any]]:
             yield event
 
 
-def chart_grants() -> set[tuple[str, str, str]]:
+def chart_rules() -> list[dict[str, Any]]:
+    """The rules of the chart's ClusterRole and its leader-election Role, as `helm template` renders."""
     helm = localcluster.bin_dir() / "helm"
     rendered = subprocess.run(
         [str(helm), "template", RELEASE, str(ROOT / "charts/accelbench"), "-n", NAMESPACE],
@@ -60,14 +66,22 @@ def chart_grants() -> set[tuple[str, str, str]]:
         text=True,
         check=True,
     ).stdout
-    grants: set[tuple[str, str, str]] = set()
-    for doc in yaml.safe_load_all(rendered):
-        if doc and doc["kind"] in ("ClusterRole", "Role"):  # the Role: its leader-election Lease
-            for rule in doc["rules"]:
-                for group in rule["apiGroups"]:
-                    for resource in rule["resources"]:
-                        grants.update((group, resource, verb) for verb in rule["verbs"])
-    return grants
+    return [
+        rule
+        for doc in yaml.safe_load_all(rendered)
+        if doc and doc["kind"] in ("ClusterRole", "Role")
+        for rule in doc["rules"]
+    ]
+
+
+def chart_grants() -> set[tuple[str, str, str]]:
+    return {
+        (group, resource, verb)
+        for rule in chart_rules()
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
 
 
 def request_key(event: dict[str, Any]) -> tuple[str, str, str]:
@@ -97,3 +111,85 @@ def test_the_operator_used_its_grants_and_nothing_else(env: Env) -> None:
     # The list above stays true: an entry the suite now exercises is no longer an exception.
     exercised = sorted(set(GRANTED_WITHOUT_A_REQUEST) & used)
     assert not exercised, f"listed as unused but used: {exercised}"
+
+
+def test_the_finalizers_grant_is_what_owner_reference_enforcement_asks_for(env: Env) -> None:
+    """The local control plane runs OwnerReferencesPermissionEnforcement (as OpenShift does): a child
+    naming its FinetuneJob as owner with blockOwnerDeletion is refused to an account holding every
+    grant of the chart but `finetunejobs/finalizers` update, and allowed with it."""
+    ns, account = "default", "owner-ref-probe"
+    owner = env.apply(
+        {
+            "apiVersion": "accelbench.io/v1alpha1",
+            "kind": "FinetuneJob",
+            "metadata": {"name": "owner-ref-probe", "namespace": ns},
+            "spec": yaml.safe_load((ROOT / "examples/quickstart/finetune-tiny-cpu.yaml").read_text())["spec"]
+            | {"suspend": True},
+        }
+    )
+    assert owner.returncode == 0, owner.stderr
+    uid = env.get("finetunejobs", "owner-ref-probe")["metadata"]["uid"]
+    operator_rules = [r for r in chart_rules() if "leases" not in r["resources"]]
+    rules = [r for r in operator_rules if "finetunejobs/finalizers" not in r["resources"]]
+    env.apply({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account, "namespace": ns}})
+    for name, role_rules in (("without-finalizers", rules), ("chart", operator_rules)):
+        env.apply(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "Role",
+                "metadata": {"name": f"{account}-{name}", "namespace": ns},
+                "rules": role_rules,
+            }
+        )
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": account, "namespace": ns},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": f"{account}-without-finalizers",
+        },
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": ns}],
+    }
+    env.apply(binding)
+    child = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "owner-ref-probe-child",
+            "namespace": ns,
+            "ownerReferences": [
+                {
+                    "apiVersion": "accelbench.io/v1alpha1",
+                    "kind": "FinetuneJob",
+                    "name": "owner-ref-probe",
+                    "uid": uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+    }
+    as_probe = ("--as", f"system:serviceaccount:{ns}:{account}")
+
+    def refusal() -> str | None:  # once the binding is in effect, only the finalizers rule is missing
+        done = env.kubectl(
+            "apply", "--server-side", "-f", "-", *as_probe, stdin=json.dumps(child), check=False
+        )
+        assert done.returncode != 0, "applied without finalizers update"
+        return done.stderr if "blockOwnerDeletion" in done.stderr else None
+
+    assert "cannot set blockOwnerDeletion" in wait_for(refusal, timeout=30, what="the refusal")
+    env.kubectl("delete", "rolebinding", account)
+    binding["roleRef"]["name"] = f"{account}-chart"
+    env.apply(binding)
+
+    def apply_as_probe() -> bool:  # RBAC caches a moment after the new binding
+        done = env.kubectl(
+            "apply", "--server-side", "-f", "-", *as_probe, stdin=json.dumps(child), check=False
+        )
+        return done.returncode == 0
+
+    wait_for(apply_as_probe, timeout=30, what="the apply allowed with the chart's grants")
+    env.kubectl("delete", "finetunejob", "owner-ref-probe")

@@ -83,6 +83,7 @@ CHILD_RESOURCES: dict[str, tuple[str, str]] = {
     "ServiceAccount": ("", "serviceaccounts"),
     "Role": ("rbac.authorization.k8s.io", "roles"),
     "RoleBinding": ("rbac.authorization.k8s.io", "rolebindings"),
+    "NetworkPolicy": ("networking.k8s.io", "networkpolicies"),
 }
 # Server-side apply is a PATCH, also authorized as `create` when the object is new; `get` is the
 # read that refuses to touch an object of the same name this resource does not control.
@@ -93,6 +94,9 @@ OPERATOR_RULES: dict[tuple[str, str], set[str]] = {
     ("accelbench.io", "inferencebenches"): {"list", "watch"},
     ("accelbench.io", "finetunejobs/status"): {"patch"},
     ("accelbench.io", "inferencebenches/status"): {"patch"},
+    # children carry blockOwnerDeletion: OwnerReferencesPermissionEnforcement asks for this.
+    ("accelbench.io", "finetunejobs/finalizers"): {"update"},
+    ("accelbench.io", "inferencebenches/finalizers"): {"update"},
     # kopf indexes of the children (jobs are also applied, below).
     ("", "pods"): {"list", "watch"},
     # the operator's transition events; list: a stuck Job's FailedCreate Events.
@@ -110,13 +114,19 @@ def rendered_children() -> list[dict[str, Any]]:
     from accelbench.catalog import load_catalog
     from accelbench.cli.manifests import load_resources
     from accelbench.plan import plan_for
-    from accelbench.render import render
+    from accelbench.render import NetworkPolicies, render
 
     catalog = load_catalog()
     objects: list[dict[str, Any]] = []
     for path in sorted((ROOT / "examples").rglob("*.yaml")):
         for item in load_resources(str(path)):
-            objects += render(item.resource, plan_for(item.resource, catalog), catalog).objects
+            # as the chart runs it: networkPolicy.enabled by default
+            network = NetworkPolicies(
+                operator_namespace="accelbench-system", metrics_namespaces=("monitoring",)
+            )
+            objects += render(
+                item.resource, plan_for(item.resource, catalog), catalog, network=network
+            ).objects
     return objects
 
 
@@ -258,6 +268,7 @@ def schema_locations(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
             "role",
             "rolebinding",
             "customresourcedefinition",
+            "networkpolicy",
         }:
             (k8s / path.name).write_text(json.dumps(standalone_k8s_schema(path, definitions)))
     for crd_file in sorted((CHART / "crds").glob("*.yaml")):

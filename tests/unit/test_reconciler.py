@@ -156,7 +156,7 @@ def test_plan_error_is_an_invalid_spec(state: ControllerState, monkeypatch: pyte
     from accelbench.controller import reconciler
     from accelbench.plan.types import PlanError
 
-    def refuse(resource: Any, catalog: Any, server_admitted: bool = False) -> Any:
+    def refuse(resource: Any, catalog: Any, server_admitted: bool = False, network: Any = None) -> Any:
         raise PlanError("needs >= 4 x H100 80 GB")
 
     monkeypatch.setattr(reconciler, "build_children", refuse)

@@ -842,3 +842,63 @@ def test_the_server_job_always_has_a_deadline_of_its_own() -> None:
         "deadline", accel, {"engine": "vllm", "deadlineSeconds": 3600}, activeDeadlineSeconds=7200
     )
     assert server_deadline(own) == 3600
+
+
+def test_env_from_and_pull_secrets_reach_every_pod_by_name_only() -> None:
+    """Whole Secrets (envFrom) and registry Secrets (imagePullSecrets) go to every container and pod
+    of both kinds as references: the rendered objects and the payload hold names, never values."""
+    from accelbench.api.common import EnvFromSource, PullSecret
+
+    secrets = {
+        "envFrom": [
+            {"secretRef": {"name": "s3-keys"}, "prefix": "S3_"},
+            {"configMapRef": {"name": "endpoints"}},
+        ],
+        "imagePullSecrets": [{"name": "registry"}],
+    }
+    _, plan = fx.ft_h100_x2()
+    job = fx.finetune("with-secrets", {"type": "h100", "count": 2}, **secrets)
+    bench, bench_plan = fx.ib_vllm_h100_x2()
+    bench.spec.model.uri = "gs://models/gemma"  # a fetch init container too
+    bench.spec.env_from = [EnvFromSource.model_validate(e) for e in secrets["envFrom"]]
+    bench.spec.image_pull_secrets = [PullSecret(name="registry")]
+    jobs = [o for o in render_finetune(job, plan, fx.CATALOG) if o["kind"] == "Job"]
+    jobs += [o for o in render_inference(bench, bench_plan, fx.CATALOG) if o["kind"] == "Job"]
+    assert len(jobs) == 3
+    for rendered in jobs:
+        pod = _pod(rendered)
+        assert pod["imagePullSecrets"] == [{"name": "registry"}]
+        for container in [*pod.get("initContainers", []), *pod["containers"]]:
+            assert container["envFrom"] == secrets["envFrom"], container["name"]
+    with pytest.raises(ValueError, match="exactly one of secretRef, configMapRef"):
+        fx.finetune("bad", {"type": "h100", "count": 2}, envFrom=[{"prefix": "X"}])
+    with pytest.raises(ValueError, match="exactly one of secretRef, configMapRef"):
+        EnvFromSource.model_validate({"secretRef": {"name": "a"}, "configMapRef": {"name": "b"}})
+
+
+def test_the_engine_runs_as_uid_1000_with_a_writable_home_unless_it_must_be_root() -> None:
+    """The restricted Pod Security profile: non-root, no escalation, no capabilities, seccomp; the
+    engine's caches go to an emptyDir HOME. spec.server.runAsRoot and Gaudi are the exceptions."""
+    bench, plan = fx.ib_vllm_h100_x2()
+    server = _pod(_job(render_inference(bench, plan, fx.CATALOG), f"{bench.metadata.name}-server"))
+    assert (
+        server["securityContext"]["runAsNonRoot"] is True and server["securityContext"]["runAsUser"] == 1000
+    )
+    container = server["containers"][0]
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["HOME"] == "/home/engine" and env["XDG_CACHE_HOME"] == "/home/engine/.cache"
+    assert {"name": "engine-home", "mountPath": "/home/engine"} in container["volumeMounts"]
+    assert {"name": "engine-home", "emptyDir": {}} in server["volumes"]
+
+    bench.spec.server.run_as_root = True
+    root = _pod(_job(render_inference(bench, plan, fx.CATALOG), f"{bench.metadata.name}-server"))
+    assert "runAsNonRoot" not in root["securityContext"] and "HOME" not in _env(
+        _job(render_inference(bench, plan, fx.CATALOG), f"{bench.metadata.name}-server")
+    )
+    gaudi, gaudi_plan = fx.ib_tgi_gaudi3()
+    habana = _pod(_job(render_inference(gaudi, gaudi_plan, fx.CATALOG), f"{gaudi.metadata.name}-server"))
+    assert habana["securityContext"]["runAsUser"] == 0

@@ -173,10 +173,13 @@ class Pricing(ApiModel):
         return self
 
 
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"  # the names of Secrets, ConfigMaps, ServiceAccounts
+
+
 class KeyRef(ApiModel):
     """One key of a Secret or ConfigMap in the resource's namespace."""
 
-    name: str = Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)
     key: str = Field(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")
     optional: bool | None = None
 
@@ -232,6 +235,45 @@ class EnvVar(ApiModel):
         return {"name": self.name, "value": self.value or ""}
 
 
+class ObjectRef(ApiModel):
+    """A Secret or ConfigMap in the resource's namespace, by name."""
+
+    name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)
+    optional: bool | None = None
+
+
+class EnvFromSource(ApiModel):
+    """Every key of a Secret or ConfigMap as a variable, resolved by the kubelet in the pod: the
+    values never pass through the spec, the payload, the status or the operator."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                cel(
+                    "has(self.secretRef) != has(self.configMapRef)",
+                    "envFrom takes exactly one of secretRef, configMapRef",
+                )
+            ]
+        }
+    }
+
+    prefix: str | None = Field(default=None, max_length=64, pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+    secret_ref: ObjectRef | None = None
+    config_map_ref: ObjectRef | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> EnvFromSource:
+        if (self.secret_ref is None) == (self.config_map_ref is None):
+            raise ValueError("envFrom takes exactly one of secretRef, configMapRef")
+        return self
+
+
+class PullSecret(ApiModel):
+    """A docker-registry Secret in the resource's namespace, for a private worker or engine image."""
+
+    name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)
+
+
 class Resources(ApiModel):
     """Overrides for the worker container's requests and limits (quantities as strings)."""
 
@@ -271,11 +313,14 @@ class RunControl(ApiModel):
     service_account_name: str | None = Field(
         default=None,
         max_length=253,
-        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+        pattern=DNS_SUBDOMAIN,
         description="ServiceAccount of the worker (and server) pods: the identity GKE Workload Identity or "
         "IRSA maps to cloud credentials, e.g. for gs:// models, data and outputs. No keys in the spec.",
     )
 
+    image_pull_secrets: list[PullSecret] = Field(
+        default_factory=list, max_length=16, description="For every pod of the run (private images)."
+    )
     queue_name: str | None = Field(default=None, description="Kueue LocalQueue; the Job starts suspended.")
     suspend: bool = False
     active_deadline_seconds: int | None = Field(default=None, ge=1)

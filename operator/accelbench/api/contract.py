@@ -127,6 +127,10 @@ ENV_OPERATOR_WORKERS = "ACCELBENCH_WORKERS"  # kopf's thread pool for sync handl
 ENV_OPERATOR_EVENT_LEVEL = "ACCELBENCH_EVENT_LEVEL"
 ENV_OPERATOR_PRICES_CONFIGMAP = "ACCELBENCH_PRICES_CONFIGMAP"
 ENV_OPERATOR_PRICES_NAMESPACE = "ACCELBENCH_PRICES_NAMESPACE"
+# Chart writes (networkPolicy.*): render each run's NetworkPolicies ("true"), and the namespaces that
+# may scrape the pods' metrics port besides the operator's own (comma-separated, e.g. Prometheus').
+ENV_OPERATOR_NETWORK_POLICIES = "ACCELBENCH_NETWORK_POLICIES"
+ENV_OPERATOR_METRICS_NAMESPACES = "ACCELBENCH_METRICS_NAMESPACES"
 
 # --------------------------------------------------------------------------- results
 

@@ -11,6 +11,7 @@ from pydantic import Field, model_validator
 from .base import ApiModel, cel
 from .common import (
     Accelerator,
+    EnvFromSource,
     EnvVar,
     ModelSource,
     Pricing,
@@ -317,6 +318,9 @@ class FinetuneJobSpec(RunControl):
     parallelism: Parallelism = Field(default_factory=Parallelism)
     image: str | None = Field(default=None, description="Worker image; defaults to the catalog's image.")
     env: list[EnvVar] = Field(default_factory=list, max_length=64)
+    env_from: list[EnvFromSource] = Field(
+        default_factory=list, max_length=16, description="Whole Secrets or ConfigMaps as variables."
+    )
     resources: Resources | None = None
     output: Output | None = None
     pass_at_k: PassAtK | None = Field(

@@ -10,6 +10,7 @@ from pydantic import Field, model_validator
 from .base import ApiModel, cel
 from .common import (
     Accelerator,
+    EnvFromSource,
     EnvVar,
     ModelSource,
     Pricing,
@@ -65,6 +66,12 @@ class Server(ApiModel):
     )
     env: list[EnvVar] = Field(default_factory=list, max_length=64)
     resources: Resources | None = None
+    run_as_root: bool = Field(
+        default=False,
+        description="Run the engine as root, for an image that cannot run as another user. Left false, "
+        "it runs as uid 1000 with a writable HOME (the restricted Pod Security profile); Gaudi runs as "
+        "root regardless (its runtime needs it).",
+    )
 
     @model_validator(mode="after")
     def _endpoint(self) -> Server:
@@ -226,6 +233,11 @@ class InferenceBenchSpec(RunControl):
         max_length=64,
         description="For every pod of the bench (engine, model fetch, load generator): e.g. an object "
         "store's endpoint, credentials through secretKeyRef. server.env adds the engine's own.",
+    )
+    env_from: list[EnvFromSource] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Whole Secrets or ConfigMaps as variables, for every pod of the bench like env.",
     )
     output: BenchOutput | None = None
     pricing: Pricing = Field(default_factory=Pricing)

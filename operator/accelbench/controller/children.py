@@ -11,22 +11,26 @@ from ..api.contract import LABEL_KUEUE_QUEUE
 from ..api.status import Children, PlanStatus
 from ..catalog.types import Catalog
 from ..plan import Plan, plan_for
-from ..render import Rendered, render
+from ..render import NetworkPolicies, Rendered, render
 from .observe import pod_job_name
 
 GB_PER_BYTE = 1 / 1e9  # plan bytes -> the GB the catalog states HBM in
 
 
 def build_children(
-    resource: Resource, catalog: Catalog, server_admitted: bool = False
+    resource: Resource,
+    catalog: Catalog,
+    server_admitted: bool = False,
+    network: NetworkPolicies | None = None,
 ) -> tuple[Plan, Rendered]:
     """Plan and render; PlanError and RenderError (ValueErrors) and KeyError (an unknown
     accelerator) mean a bad spec.
 
     `server_admitted` (InferenceBench): the live server Job runs, so a queued bench's client may too.
+    `network`: the run's NetworkPolicies, when the operator renders them.
     """
     plan = plan_for(resource, catalog)
-    return plan, render(resource, plan, catalog, server_admitted)
+    return plan, render(resource, plan, catalog, server_admitted, network)
 
 
 def leave_suspend_to_kueue(obj: Mapping[str, Any], live: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:

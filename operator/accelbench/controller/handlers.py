@@ -33,7 +33,7 @@ from .cache import controller_uid, job_owner_key, pod_owner_key, slim_job, slim_
 from .kube import Kube, load_config
 from .loop import Controller, Indexes
 from .metrics import METRICS
-from .state import DEFAULT_PRICES_CONFIGMAP, ControllerState, operator_namespace
+from .state import DEFAULT_PRICES_CONFIGMAP, ControllerState, network_policies, operator_namespace
 
 KINDS = (FinetuneJob, InferenceBench)
 KIND_NAMES = frozenset(k.KIND for k in KINDS)
@@ -64,6 +64,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.
             metrics=METRICS,
             price_namespace=operator_namespace(),
             price_config_map=os.environ.get(ENV_OPERATOR_PRICES_CONFIGMAP, DEFAULT_PRICES_CONFIGMAP),
+            network=network_policies(),
         )
     logger.info("accelbench controller configured")
 

@@ -192,7 +192,9 @@ def ensure_children(
     owned_jobs = {str((j.get("metadata") or {}).get("name")) for j in jobs}
     try:
         resource = parse_resource(manifest_of(body))
-        plan, rendered = build_children(resource, state.catalog(), server_admitted(w.status, jobs))
+        plan, rendered = build_children(
+            resource, state.catalog(), server_admitted(w.status, jobs), state.network
+        )
     except (ValueError, KeyError) as exc:
         return Outcome(_refuse(w, spec_error_message(exc), generation, now))
 

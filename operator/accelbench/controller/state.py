@@ -12,9 +12,15 @@ from pathlib import Path
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from ..api.contract import ENV_OPERATOR_PRICES_NAMESPACE, ENV_POD_NAMESPACE
+from ..api.contract import (
+    ENV_OPERATOR_METRICS_NAMESPACES,
+    ENV_OPERATOR_NETWORK_POLICIES,
+    ENV_OPERATOR_PRICES_NAMESPACE,
+    ENV_POD_NAMESPACE,
+)
 from ..catalog import load_catalog, parse_image_overrides, parse_price_overrides
 from ..catalog.types import Catalog
+from ..render import NetworkPolicies
 from .kube import Kube
 from .metrics import Metrics
 
@@ -34,6 +40,16 @@ def operator_namespace() -> str:
         return DEFAULT_OPERATOR_NAMESPACE
 
 
+def network_policies(env: dict[str, str] | None = None) -> NetworkPolicies | None:
+    """The chart's networkPolicy values, or None (no policies) when it turned them off."""
+    env = dict(os.environ) if env is None else env
+    if env.get(ENV_OPERATOR_NETWORK_POLICIES, "").lower() != "true":
+        return None
+    own = env.get(ENV_POD_NAMESPACE) or operator_namespace()
+    scrapers = tuple(n.strip() for n in env.get(ENV_OPERATOR_METRICS_NAMESPACES, "").split(",") if n.strip())
+    return NetworkPolicies(operator_namespace=own, metrics_namespaces=scrapers)
+
+
 @dataclass
 class ControllerState:
     """Shared by every handler through kopf's memo (each object's memo is a shallow copy of this one)."""
@@ -43,6 +59,7 @@ class ControllerState:
     price_namespace: str
     price_config_map: str
     catalog_ttl_s: float = 60.0
+    network: NetworkPolicies | None = None  # each run's NetworkPolicies (render/network.py)
     _catalog: Catalog | None = field(default=None, repr=False)
     _loaded_at: float = field(default=float("-inf"), repr=False)
 

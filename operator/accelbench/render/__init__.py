@@ -19,6 +19,7 @@ from .errors import RenderError
 from .finetune import render_finetune
 from .inference import render_inference
 from .names import finetune_children, inference_children
+from .network import NetworkPolicies, build_network_policies
 from .payload import build_job_payload, job_payload_json
 
 
@@ -28,23 +29,33 @@ class Rendered:
     children: Children  # which object plays which part (status.children)
 
 
-def render(resource: Resource, plan: Plan, catalog: Catalog, server_admitted: bool = False) -> Rendered:
+def render(
+    resource: Resource,
+    plan: Plan,
+    catalog: Catalog,
+    server_admitted: bool = False,
+    network: NetworkPolicies | None = None,
+) -> Rendered:
     """Every child of `resource` and the record of them.
 
     `server_admitted` (InferenceBench): the live server Job runs (Kueue admitted it), so a queued
-    bench's client may start too.
+    bench's client may start too. `network`: the run's NetworkPolicies go first (render/network.py),
+    so no pod of the run starts open.
     """
+    policies = build_network_policies(resource, plan.accelerator, network)
     if isinstance(resource, FinetuneJob):
         children = finetune_children(resource.metadata.name, plan.multi_host)
-        return Rendered(render_finetune(resource, plan, catalog), children)
+        return Rendered([*policies, *render_finetune(resource, plan, catalog)], children)
     if isinstance(resource, InferenceBench):
         external = resource.spec.server.engine == Engine.EXTERNAL
         children = inference_children(resource.metadata.name, external)
-        return Rendered(render_inference(resource, plan, catalog, server_admitted), children)
+        objects = render_inference(resource, plan, catalog, server_admitted)
+        return Rendered([*policies, *objects], children)
     raise TypeError(f"cannot render {type(resource).__name__}")
 
 
 __all__ = [
+    "NetworkPolicies",
     "RenderError",
     "Rendered",
     "build_job_payload",

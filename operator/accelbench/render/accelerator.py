@@ -118,8 +118,8 @@ def build_pod_security(accel: AcceleratorSpec, run_as_non_root: bool) -> dict[st
 
     Gaudi runs as root, said explicitly (the worker image ends as uid 1000): the SYS_NICE the
     container adds is effective only for uid 0, since Kubernetes sets no ambient capabilities, and
-    the Habana runtime expects root. `run_as_non_root` is False for third-party engine images
-    (vLLM, TGI), which run as root and write their caches under /root.
+    the Habana runtime expects root. `run_as_non_root` is False for an engine image that needs root
+    (spec.server.runAsRoot); vLLM and TGI run as uid 1000 with a writable HOME.
     """
     if accel.vendor == VENDOR_HABANA:
         return {"runAsUser": 0, "runAsGroup": 0, "seccompProfile": {"type": "RuntimeDefault"}}

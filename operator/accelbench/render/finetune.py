@@ -68,9 +68,11 @@ from .workload import (
     build_job,
     container_base,
     env_completion_index,
+    env_from,
     env_value,
     is_suspended,
     merge_env,
+    pull_secrets,
 )
 
 WORKER_CONTAINER = "worker"
@@ -153,6 +155,7 @@ def build_worker_container(job: FinetuneJob, plan: Plan, accel: AcceleratorSpec)
     container = container_base(WORKER_CONTAINER, worker_image(job, plan, accel))
     container["command"] = ["python", "-m", WORKER_MODULE]
     container["env"] = build_worker_env(job, plan)
+    container.update(env_from(job.spec.env_from))
     container["ports"] = [metrics_port_entry()]
     resources = accelerator.merge_resources(
         accelerator.build_device_resources(plan, accel), job.spec.resources
@@ -175,6 +178,7 @@ def build_worker_pod_template(job: FinetuneJob, plan: Plan, accel: AcceleratorSp
     volumes = accelerator.mount_volumes(container, accel, volumes, mounts)
     pod: dict[str, Any] = {
         "restartPolicy": "Never",  # retries belong to the Job (and podFailurePolicy needs Never)
+        **pull_secrets(job.spec),
         # Its one API call: rank 0 patches the results ConfigMap with its report (render/results.py).
         "serviceAccountName": worker_account(job),
         "securityContext": accelerator.build_pod_security(accel, run_as_non_root=True),

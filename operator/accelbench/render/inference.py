@@ -88,9 +88,11 @@ from .workload import (
     JobShape,
     build_job,
     container_base,
+    env_from,
     env_value,
     is_suspended,
     merge_env,
+    pull_secrets,
 )
 
 SERVER_CONTAINER = "server"
@@ -98,6 +100,8 @@ SERVER_PORT_NAME = "http"  # the engine's port: probes and the Service target it
 CLIENT_CONTAINER = "client"
 CLIENT_MODULE = "accelbench.workers.bench"
 MODEL_ROOT = "/models"
+ENGINE_HOME = "/home/engine"  # HOME of an engine run as uid 1000 (an emptyDir)
+ENGINE_HOME_VOLUME = "engine-home"
 HEALTH_PATH = "/health"  # vLLM and TGI both answer 200 here once the model is loaded
 EXTERNAL_HEALTH_PATH = "/v1/models"  # any OpenAI-compatible endpoint serves it
 STARTUP_PERIOD_SECONDS = 10
@@ -138,6 +142,7 @@ def build_fetch_container(bench: InferenceBench, image: str) -> dict[str, Any]:
     env = merge_env(merge_env([], bench.spec.env), bench.spec.server.env)
     if env:
         container["env"] = env
+    container.update(env_from(bench.spec.env_from))
     container["volumeMounts"] = [cache_volume()[1]]
     container["securityContext"] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
     container["resources"] = {part: dict(values) for part, values in FETCH_RESOURCES.items()}
@@ -233,8 +238,23 @@ def build_jetstream_command(bench: InferenceBench, plan: Plan) -> list[str]:
     return command + list(server.extra_args)
 
 
+def engine_runs_as_root(bench: InferenceBench, accel: AcceleratorSpec) -> bool:
+    return bench.spec.server.run_as_root or accel.vendor == accelerator.VENDOR_HABANA
+
+
+def engine_home() -> tuple[dict[str, Any], dict[str, Any]]:
+    """A writable HOME for an engine run as uid 1000: its images expect to write caches under
+    /root (the Hugging Face hub, torch.compile, Triton kernels, vLLM's own)."""
+    return {"name": ENGINE_HOME_VOLUME, "emptyDir": {}}, {
+        "name": ENGINE_HOME_VOLUME,
+        "mountPath": ENGINE_HOME,
+    }
+
+
 def build_engine_env(bench: InferenceBench, plan: Plan, accel: AcceleratorSpec) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = []
+    if not engine_runs_as_root(bench, accel):
+        env += [env_value("HOME", ENGINE_HOME), env_value("XDG_CACHE_HOME", f"{ENGINE_HOME}/.cache")]
     if bench.spec.server.engine == Engine.TGI and accel.vendor == accelerator.VENDOR_HABANA:
         # Habana's documented settings for TGI: the MPI shared-memory copy path is unsupported in
         # containers, and sharded runs need lazy collectives with HPU graphs.
@@ -312,6 +332,7 @@ def build_server_container(bench: InferenceBench, plan: Plan, accel: Accelerator
     env = build_engine_env(bench, plan, accel)
     if env:
         container["env"] = env
+    container.update(env_from(bench.spec.env_from))
     container["ports"] = [{"name": SERVER_PORT_NAME, "containerPort": server.port, "protocol": "TCP"}]
     container.update(build_probes(bench))
     resources = accelerator.merge_resources(accelerator.build_device_resources(plan, accel), server.resources)
@@ -333,12 +354,18 @@ def build_server_pod_template(
         volumes.append(volume)
         mounts.append(mount)
         init.append(build_fetch_container(bench, fetch_image))
+    as_root = engine_runs_as_root(bench, accel)
+    if not as_root:
+        volume, mount = engine_home()
+        volumes.append(volume)
+        mounts.append(mount)
     volumes = accelerator.mount_volumes(container, accel, volumes, mounts)
     pod: dict[str, Any] = {
         "restartPolicy": "Never",
+        **pull_secrets(bench.spec),
         "automountServiceAccountToken": False,
         **({"serviceAccountName": sa} if (sa := bench.spec.service_account_name) else {}),
-        "securityContext": accelerator.build_pod_security(accel, run_as_non_root=False),
+        "securityContext": accelerator.build_pod_security(accel, run_as_non_root=not as_root),
         **({"initContainers": init} if init else {}),
         "containers": [container],
     }
@@ -465,11 +492,13 @@ def build_client_job(
     container = container_base(CLIENT_CONTAINER, client_image(bench, accel, catalog))
     container["command"] = ["python", "-m", CLIENT_MODULE]
     container["env"] = build_client_env(bench, plan)
+    container.update(env_from(bench.spec.env_from))
     container["ports"] = [metrics_port_entry()]
     container["resources"] = {part: dict(values) for part, values in CLIENT_RESOURCES.items()}
     container["securityContext"] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
     pod = {
         "restartPolicy": "Never",
+        **pull_secrets(bench.spec),
         "serviceAccountName": client_account(bench),
         "securityContext": accelerator.non_root_pod_security(),
         # Any Linux node; no tolerations keeps it off tainted accelerator nodes.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..api.common import EnvVar, RunControl
+from ..api.common import EnvFromSource, EnvVar, RunControl
 from ..api.contract import COMPLETION_INDEX_KEY, LABEL_KUEUE_QUEUE, TERMINATION_LOG_PATH
 
 
@@ -31,6 +31,17 @@ def merge_env(rendered: list[dict[str, Any]], user: list[EnvVar]) -> list[dict[s
     names = {var.name for var in user}
     kept = [var for var in rendered if var["name"] not in names]
     return kept + [var.to_container_env() for var in user]
+
+
+def env_from(sources: list[EnvFromSource]) -> dict[str, Any]:
+    """A container's `envFrom`: whole Secrets/ConfigMaps, resolved by the kubelet, never read here."""
+    return {"envFrom": [source.to_wire() for source in sources]} if sources else {}
+
+
+def pull_secrets(spec: RunControl) -> dict[str, Any]:
+    """A pod's `imagePullSecrets`, for the private images of a run."""
+    secrets = [secret.to_wire() for secret in spec.image_pull_secrets]
+    return {"imagePullSecrets": secrets} if secrets else {}
 
 
 def build_pod_failure_policy(containers: tuple[str, ...], fail_job_exit_codes: list[int]) -> dict[str, Any]:
