@@ -132,8 +132,12 @@ def rendered_children() -> list[dict[str, Any]]:
 
 def expected_rules() -> dict[tuple[str, str], set[str]]:
     rules = {key: set(verbs) for key, verbs in OPERATOR_RULES.items()}
-    for kind in {obj["kind"] for obj in rendered_children()}:
+    from accelbench.controller.kube import resource_path
+
+    for obj in rendered_children():
+        kind = obj["kind"]
         assert kind in CHILD_RESOURCES, f"the renderer emits {kind}: add it to CHILD_RESOURCES and the chart"
+        resource_path(obj["apiVersion"], kind, "ns", "name")  # the operator's client knows its path
         rules.setdefault(CHILD_RESOURCES[kind], set()).update(APPLY_VERBS)
     for table in (INDEXED, EXTRA):
         for key, verbs in table.items():

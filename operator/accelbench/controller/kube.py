@@ -30,6 +30,7 @@ PLURALS: dict[str, str] = {
     "ServiceAccount": "serviceaccounts",
     "Role": "roles",
     "RoleBinding": "rolebindings",
+    "NetworkPolicy": "networkpolicies",
     "FinetuneJob": "finetunejobs",
     "InferenceBench": "inferencebenches",
     "Event": "events",
