@@ -36,12 +36,15 @@ $(GUIDELLM):
 	.peers/guidellm/bin/python -m pip install --quiet 'guidellm==$(GUIDELLM_VERSION)'
 
 # System tools tests run (Debian packages): Icarus Verilog for the pass@k checker tests, as the
-# worker images have it. Under CI=true a test that skips for want of a tool fails the run.
+# worker images have it; Lua 5.1 for Argo CD's health checks (Argo CD runs a Lua 5.1). Under
+# CI=true a test that skips for want of a tool fails the run.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+APT_TOOLS := iverilog:iverilog lua5.1:lua5.1
 tools:
-	@command -v iverilog >/dev/null || $(SUDO) apt-get install -y -q iverilog >/dev/null || \
-	  { $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q iverilog >/dev/null; } || \
-	  { echo "install Icarus Verilog (Debian/Ubuntu: apt-get install iverilog)"; exit 1; }
+	@for pair in $(APT_TOOLS); do cmd=$${pair%%:*}; pkg=$${pair##*:}; \
+	  command -v $$cmd >/dev/null || $(SUDO) apt-get install -y -q $$pkg >/dev/null || \
+	  { $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q $$pkg >/dev/null; } || \
+	  { echo "install $$pkg (Debian/Ubuntu: apt-get install $$pkg)"; exit 1; }; done
 
 lint: venv
 	$(VENV)/bin/ruff check operator tests hack benchmarks

@@ -9,6 +9,7 @@ as a Failed run whose condition names the reason and the object, after one pod: 
 from __future__ import annotations
 
 import base64
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -299,7 +300,9 @@ def test_a_bench_whose_model_is_missing_fails_with_the_fetchs_reason_not_a_timeo
     )
 
 
-def test_secrets_reach_the_pods_and_appear_nowhere_else(env: Env, stores: objectstores.ObjectStores) -> None:
+def test_secrets_reach_the_pods_and_appear_nowhere_else(
+    env: Env, stores: objectstores.ObjectStores, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The S3 keys as a whole Secret (envFrom) and a private-registry Secret (imagePullSecrets): the
     bench fetches its model, serves it and uploads its results with them, which proves they reached
     every pod; then the key is searched for, and not found, in everything the operator, the cluster
@@ -314,18 +317,19 @@ def test_secrets_reach_the_pods_and_appear_nowhere_else(env: Env, stores: object
     env.apply(body)
     obj = terminal(env, name, plural="inferencebenches")
     assert obj["status"]["phase"] == "Succeeded", obj["status"]
+    for key, value in stores.env().items():  # this test reads the bucket as the owner of the keys
+        monkeypatch.setenv(key, value)
     assert storage.read_manifest(f"s3://{BUCKET}/bench-out/{name}")["objects"]  # written with the keys
 
-    pods = env.core.list_namespaced_pod("default", label_selector=f"accelbench.io/instance={name}").items
+    pods = pods_of(env, name)  # the client's (the server's went with its Job when the run ended)
     assert pods and all(p.spec.image_pull_secrets[0].name == "registry-credentials" for p in pods)
+    dump = lambda objects: json.dumps(objects, default=str)  # noqa: E731
     left_behind = [
-        yaml.safe_dump(env.get("inferencebenches", name)),
-        yaml.safe_dump([j.to_dict() for j in env.batch.list_namespaced_job("default").items], default=str),
-        yaml.safe_dump([p.to_dict() for p in pods], default=str),
-        yaml.safe_dump(
-            env.core.read_namespaced_config_map(f"{name}-results", "default").to_dict(), default=str
-        ),
-        yaml.safe_dump([e.to_dict() for e in env.core.list_namespaced_event("default").items], default=str),
+        dump(env.get("inferencebenches", name)),
+        dump([j.to_dict() for j in env.batch.list_namespaced_job("default").items]),
+        dump([p.to_dict() for p in pods]),
+        dump(env.core.read_namespaced_config_map(f"{name}-results", "default").to_dict()),
+        dump([e.to_dict() for e in env.core.list_namespaced_event("default").items]),
         env.operator.log(),
     ]
     logs = list((env.workdir / "localexec" / "default").glob(f"{name}-*/*.log"))

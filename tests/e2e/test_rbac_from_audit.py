@@ -34,6 +34,7 @@ GRANTED_WITHOUT_A_REQUEST: dict[tuple[str, str, str], str] = {
             ("", "configmaps"),
             ("rbac.authorization.k8s.io", "roles"),
             ("rbac.authorization.k8s.io", "rolebindings"),
+            ("networking.k8s.io", "networkpolicies"),
         )
     },
     **{
