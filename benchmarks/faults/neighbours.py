@@ -327,8 +327,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "Running",
                 "FailedCreate",
             ),
-            "squatted": (HOSTILE, finetune("squatted", HOSTILE, h100), "Ready", "NameConflict"),
-            "over-quota": (QUOTA_NS, finetune("over-quota", QUOTA_NS, h100), "Ready", "QuotaExceeded"),
+            "squatted": (HOSTILE, finetune("squatted", HOSTILE, h100), "Applied", "NameConflict"),
+            "over-quota": (QUOTA_NS, finetune("over-quota", QUOTA_NS, h100), "Applied", "QuotaExceeded"),
         }
         applied: dict[str, float] = {}
         for i in range(args.slow):

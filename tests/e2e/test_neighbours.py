@@ -25,7 +25,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 def ready(env: Env, name: str, namespace: str = "default") -> dict[str, Any] | None:
     obj = env.get(FT, name, namespace)
-    ready = next((c for c in obj.get("status", {}).get("conditions", []) if c["type"] == "Ready"), None)
+    ready = next((c for c in obj.get("status", {}).get("conditions", []) if c["type"] == "Applied"), None)
     return obj if ready is not None and ready["status"] == "True" else None
 
 
@@ -102,7 +102,7 @@ def test_an_object_holding_a_childs_name_is_never_touched_and_the_run_waits_for_
     created = env.batch.create_namespaced_job("default", foreign)
     env.apply(run("squatted", tiny, 4, suspend=True))
     started = time.monotonic()
-    wait_for(lambda: reason_of(env, "squatted", "Ready") == "NameConflict", what="NameConflict")
+    wait_for(lambda: reason_of(env, "squatted", "Applied") == "NameConflict", what="NameConflict")
     print(f"NameConflict {time.monotonic() - started:.1f} s after apply")
     obj = env.get(FT, "squatted")
     assert "Job/squatted-train already exists" in obj["status"]["message"]
@@ -215,7 +215,7 @@ def test_a_resource_quota_that_refuses_a_child_is_said_and_the_run_goes_on_once_
         env.apply(on_pool("over-quota", ns, {"type": "h100", "count": 1}))
         started = time.monotonic()
         wait_for(
-            lambda: reason_of(env, "over-quota", "Ready", ns) == "QuotaExceeded",
+            lambda: reason_of(env, "over-quota", "Applied", ns) == "QuotaExceeded",
             timeout=60,
             what="QuotaExceeded",
         )

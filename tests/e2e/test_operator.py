@@ -89,8 +89,8 @@ def test_a_name_that_cannot_make_its_children_is_refused(env: Env, name: str) ->
 def test_the_longest_name_allowed_makes_every_child(env: Env) -> None:
     name = "r" * 52
     env.apply(finetune(name, {"type": "h100", "count": 1}))
-    wait_for(lambda: condition(env.get(FT, name), "Ready"), what="children applied")
-    assert condition(env.get(FT, name), "Ready")["status"] == "True", env.get(FT, name)["status"]
+    wait_for(lambda: condition(env.get(FT, name), "Applied"), what="children applied")
+    assert condition(env.get(FT, name), "Applied")["status"] == "True", env.get(FT, name)["status"]
     delete(env, name)
 
 
@@ -141,9 +141,11 @@ def test_spec_the_planner_rejects_gets_invalid_spec_condition(env: Env) -> None:
         lambda: (o := env.get(FT, "too-small")).get("status", {}).get("phase") == "Failed" and o,
         what="phase Failed",
     )
-    ready = condition(obj, "Ready")
-    assert ready and ready["status"] == "False" and ready["reason"] == "InvalidSpec"
-    assert "needs >= " in ready["message"]
+    applied = condition(obj, "Applied")
+    assert applied and applied["status"] == "False" and applied["reason"] == "InvalidSpec"
+    assert "needs >= " in applied["message"]
+    # kstatus: a refused spec is Stalled (Flux and Argo CD stop waiting), not Ready
+    assert (condition(obj, "Stalled")["status"], condition(obj, "Ready")["status"]) == ("True", "False")
     assert not pods_of(env, "too-small")
     delete(env, "too-small")
 

@@ -238,8 +238,10 @@ def test_rejected_edit_of_a_running_run_keeps_it_observed(state: ControllerState
     run(state, body, [running_job])
     status = written(state)
     assert "phase" not in status and status["observedGeneration"] == 2  # handled once, not every pass
-    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
-    assert (ready["status"], ready["reason"]) == ("False", "ApplyRejected")
+    applied = next(c for c in status["conditions"] if c["type"] == "Applied")
+    assert (applied["status"], applied["reason"]) == ("False", "ApplyRejected")
+    kstatus = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+    assert kstatus["Reconciling"] == ("True", "ApplyRejected") and kstatus["Stalled"][0] == "False"
 
 
 def test_a_child_a_resource_quota_refuses_is_said_and_retried_not_failed(state: ControllerState) -> None:
@@ -251,18 +253,23 @@ def test_a_child_a_resource_quota_refuses_is_said_and_retried_not_failed(state: 
     outcome = run(state, copy.deepcopy(MANIFEST))
     assert outcome.label == "quota" and outcome.requeue_after == 30.0 and not outcome.retry
     status = written(state)
-    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
-    assert (ready["status"], ready["reason"]) == ("False", "QuotaExceeded")
+    kstatus = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+    assert kstatus["Applied"] == ("False", "QuotaExceeded")
+    assert kstatus["Reconciling"] == ("True", "QuotaExceeded") and kstatus["Ready"][0] == "False"
     assert "exceeded quota: q" in status["message"] and "phase" not in status  # nothing ran: not failed
+    assert status["observedGeneration"] == 1  # seen; retried while Applied says why
     assert [e[1] for e in state.kube.events] == ["QuotaExceeded"]  # type: ignore[attr-defined]
+    state.kube = FakeKube()  # type: ignore[assignment]  # the quota was lifted
+    retried = run(state, {**copy.deepcopy(MANIFEST), "status": status})
+    assert retried.label == "applied" and state.kube.applied  # type: ignore[attr-defined]
 
 
 def failed_after(reason: str, started: bool) -> dict[str, Any]:
-    """A run that failed, Ready=False for `reason`, edited since (generation 3, observed 2)."""
+    """A run that failed, Applied=False for `reason`, edited since (generation 3, observed 2)."""
     body = copy.deepcopy(MANIFEST)
     body["metadata"]["generation"] = 3
     ready = {
-        "type": "Ready",
+        "type": "Applied",
         "status": "False",
         "reason": reason,
         "lastTransitionTime": "2026-05-04T10:00:00Z",
@@ -273,7 +280,7 @@ def failed_after(reason: str, started: bool) -> dict[str, Any]:
     return body
 
 
-def test_a_failed_run_is_never_applied_again_whatever_its_ready_condition_says(
+def test_a_failed_run_is_never_applied_again_whatever_its_applied_condition_says(
     state: ControllerState,
 ) -> None:
     """Found by the lifecycle fuzz: an edit the Job's immutability refused (Ready=False ApplyRejected),
@@ -284,8 +291,11 @@ def test_a_failed_run_is_never_applied_again_whatever_its_ready_condition_says(
         outcome = run(state, failed_after(reason, started=True))  # no Job left
         assert state.kube.applied == [] and outcome.label != "applied", reason  # type: ignore[attr-defined]
         # The edit is acknowledged (Flux and Argo CD read a run whose observedGeneration lags as
-        # still reconciling) and nothing else about the run changes.
-        assert written(state) == {"observedGeneration": 3}, reason
+        # still reconciling) and nothing else about the run changes but its kstatus conditions.
+        patch = written(state)
+        assert set(patch) == {"observedGeneration", "conditions"} and patch["observedGeneration"] == 3, reason
+        kstatus = {c["type"]: (c["status"], c["reason"]) for c in patch["conditions"]}
+        assert kstatus["Stalled"] == ("True", reason) and kstatus["Ready"] == ("False", reason)
 
 
 def test_a_spec_refused_before_anything_ran_is_applied_once_fixed(state: ControllerState) -> None:
@@ -307,10 +317,13 @@ def test_a_foreign_object_with_a_childs_name_is_never_touched(state: ControllerS
     assert state.kube.applied == []  # type: ignore[attr-defined]  # not even the free ones
     assert outcome.label == "conflict" and outcome.requeue_after == 30.0
     status = written(state)
-    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
-    assert (ready["status"], ready["reason"]) == ("False", "NameConflict")
+    kstatus = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+    assert kstatus["Applied"] == ("False", "NameConflict") and kstatus["Stalled"] == ("True", "NameConflict")
+    assert status["observedGeneration"] == 1  # seen (kstatus reads Stalled), and still retried:
     assert "Service/gemma-lora-train already exists and is controlled by no resource" in status["message"]
     assert state.kube.events[0][1] == "NameConflict"  # type: ignore[attr-defined]
+    state.kube = FakeKube()  # type: ignore[assignment]  # the user removed the object
+    assert run(state, {**copy.deepcopy(MANIFEST), "status": status}).label == "applied"
 
 
 def test_the_previous_same_named_resources_job_is_waited_for_not_adopted() -> None:

@@ -213,7 +213,7 @@ PRICED: dict[str, Any] = {
     "observedGeneration": 1,
     "conditions": [
         {
-            "type": "Ready",
+            "type": "Applied",
             "status": "True",
             "reason": "ChildrenCreated",
             "lastTransitionTime": "2026-05-04T09:59:59Z",
@@ -247,7 +247,7 @@ def test_running_status_costs_to_the_minute() -> None:
     assert status["cost"]["dollars"] == pytest.approx(8 * 4.20 * billed, abs=1e-4)
     assert 3600 + 42 - 60 < billed * 3600 <= 3600 + 42  # dropped: under a minute
     types = [c["type"] for c in status["conditions"]]
-    assert types == ["Ready", "Scheduled", "Running"]
+    assert types == ["Applied", "Scheduled", "Running"]
     assert status["conditions"][0]["lastTransitionTime"] == "2026-05-04T09:59:59Z"
 
 
@@ -730,3 +730,118 @@ def test_a_job_deleted_after_the_worker_reported_an_error_failed_for_that_error(
     assert none is not None and (none.patch["phase"], none.reason) == ("Failed", "JobDeleted")
     missing = next(c for c in none.patch["conditions"] if c["type"] == "ResultValid")
     assert "none is in ConfigMap gemma-lora-results" in missing["message"]
+
+
+# --- kstatus (issue 16): Ready only once the run succeeded ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("phase", "applied", "failed", "expected"),
+    [
+        (
+            None,
+            None,
+            None,
+            {
+                "Ready": ("False", "Pending"),
+                "Reconciling": ("True", "Pending"),
+                "Stalled": ("False", "Progressing"),
+            },
+        ),
+        (
+            "Pending",
+            ("True", "ChildrenCreated"),
+            None,
+            {"Ready": ("False", "Pending"), "Reconciling": ("True", "Pending")},
+        ),
+        (
+            "Running",
+            ("True", "ChildrenCreated"),
+            None,
+            {"Ready": ("False", "Running"), "Reconciling": ("True", "Running")},
+        ),
+        (
+            "Suspended",
+            ("True", "ChildrenCreated"),
+            None,
+            {"Reconciling": ("True", "Suspended"), "Stalled": ("False", "Progressing")},
+        ),
+        (
+            "Succeeded",
+            ("True", "ChildrenCreated"),
+            None,
+            {
+                "Ready": ("True", "Completed"),
+                "Reconciling": ("False", "Done"),
+                "Stalled": ("False", "Progressing"),
+            },
+        ),
+        (
+            "Failed",
+            ("True", "ChildrenCreated"),
+            ("True", "OOMKilled"),
+            {
+                "Ready": ("False", "OOMKilled"),
+                "Stalled": ("True", "OOMKilled"),
+                "Reconciling": ("False", "Done"),
+            },
+        ),
+        ("Failed", ("False", "InvalidSpec"), None, {"Stalled": ("True", "InvalidSpec")}),
+        (
+            None,
+            ("False", "NameConflict"),
+            None,
+            {"Stalled": ("True", "NameConflict"), "Reconciling": ("False", "Done")},
+        ),
+        (
+            None,
+            ("False", "QuotaExceeded"),
+            None,
+            {"Reconciling": ("True", "QuotaExceeded"), "Stalled": ("False", "Progressing")},
+        ),
+        (
+            "Running",
+            ("False", "ApplyRejected"),
+            None,
+            {"Reconciling": ("True", "ApplyRejected"), "Ready": ("False", "ApplyRejected")},
+        ),
+    ],
+)
+def test_kstatus_conditions_follow_the_phase(
+    phase: str | None,
+    applied: tuple[str, str] | None,
+    failed: tuple[str, str] | None,
+    expected: dict[str, tuple[str, str]],
+) -> None:
+    from accelbench.controller.status import kstatus_conditions
+
+    conditions = []
+    if applied:
+        conditions.append(
+            {
+                "type": "Applied",
+                "status": applied[0],
+                "reason": applied[1],
+                "lastTransitionTime": "2026-05-04T10:00:00Z",
+            }
+        )
+    if failed:
+        conditions.append(
+            {
+                "type": "Failed",
+                "status": failed[0],
+                "reason": failed[1],
+                "lastTransitionTime": "2026-05-04T10:00:00Z",
+            }
+        )
+    status = (
+        {"phase": phase, "conditions": conditions, "message": "m"} if phase else {"conditions": conditions}
+    )
+    got = {c["type"]: (c["status"], c["reason"]) for c in kstatus_conditions(status, 4, NOW)["conditions"]}
+    for type_, value in expected.items():
+        assert got[type_] == value, (type_, got)
+    again = kstatus_conditions(
+        {**status, **kstatus_conditions(status, 4, NOW)}, 4, NOW + timedelta(minutes=5)
+    )
+    first = kstatus_conditions(status, 4, NOW)
+    assert again == first  # nothing changed: no write, the transition times stay

@@ -20,7 +20,13 @@ class Phase(StrEnum):
 
 
 class ConditionType(StrEnum):
-    READY = "Ready"  # the spec is valid and children exist
+    # kstatus (what Flux, Argo CD and `kubectl wait` read): Ready once the run succeeded, Reconciling
+    # while work goes on, Stalled when it cannot go on without someone (it failed, a bad spec, a
+    # foreign object holding a child's name). Derived from the phase on every pass.
+    READY = "Ready"
+    RECONCILING = "Reconciling"
+    STALLED = "Stalled"
+    APPLIED = "Applied"  # the spec is valid and the children exist (False: why they do not)
     SCHEDULED = "Scheduled"
     RUNNING = "Running"
     SUCCEEDED = "Succeeded"

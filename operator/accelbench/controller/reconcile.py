@@ -225,7 +225,7 @@ def server_to_stop(status: Mapping[str, Any], jobs: Iterable[Mapping[str, Any]])
 
 
 def _applied_at(status: Mapping[str, Any]) -> datetime | None:
-    ready = find_condition(parse_conditions(status.get("conditions")), ConditionType.READY.value)
+    ready = find_condition(parse_conditions(status.get("conditions")), ConditionType.APPLIED.value)
     if ready is None or ready.reason != Reason.CHILDREN_CREATED.value:
         return None
     return parse_time(ready.last_transition_time)

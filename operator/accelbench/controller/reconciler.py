@@ -56,8 +56,9 @@ from .status import (
     finished,
     invalid_spec_status,
     is_terminal,
+    kstatus_conditions,
     needs_ingest,
-    not_ready_status,
+    not_applied_status,
     spec_invalid,
     status_patch,
 )
@@ -124,17 +125,19 @@ def _refuse(w: Writes, message: str, generation: int | None, now: datetime) -> s
 
 
 def _conflict(w: Writes, message: str, generation: int | None) -> None:
-    ready = find_condition(parse_conditions(w.status.get("conditions")), ConditionType.READY.value)
+    ready = find_condition(parse_conditions(w.status.get("conditions")), ConditionType.APPLIED.value)
     if ready is None or ready.reason != Reason.NAME_CONFLICT.value or w.status.get("message") != message:
         w.event("Warning", Reason.NAME_CONFLICT.value, message)
-    w.update(not_ready_status(w.status, message, generation, Reason.NAME_CONFLICT.value))
+    w.update(not_applied_status(w.status, message, generation, Reason.NAME_CONFLICT.value))
+    w.update({"observedGeneration": generation})  # seen (kstatus can then read it as Stalled), retried
 
 
 def _over_quota(w: Writes, message: str, generation: int | None) -> None:
-    ready = find_condition(parse_conditions(w.status.get("conditions")), ConditionType.READY.value)
+    ready = find_condition(parse_conditions(w.status.get("conditions")), ConditionType.APPLIED.value)
     if ready is None or ready.reason != Reason.QUOTA_EXCEEDED.value:
         w.event("Warning", Reason.QUOTA_EXCEEDED.value, message)
-    w.update(not_ready_status(w.status, message, generation, Reason.QUOTA_EXCEEDED.value))
+    w.update(not_applied_status(w.status, message, generation, Reason.QUOTA_EXCEEDED.value))
+    w.update({"observedGeneration": generation})  # seen, and retried while Applied says why
 
 
 def foreign_holder(
@@ -215,7 +218,7 @@ def ensure_children(
                 refusal = f"the apiserver refused {ref}: {api_error_message(exc)}"
                 if not w.status.get("children"):
                     return Outcome(_refuse(w, refusal, generation, now))  # nothing runs yet
-                w.update(not_ready_status(w.status, refusal, generation, APPLY_REJECTED))
+                w.update(not_applied_status(w.status, refusal, generation, APPLY_REJECTED))
                 w.update({"observedGeneration": generation})  # handled: not re-applied on every pass
                 w.event("Warning", APPLY_REJECTED, refusal)
                 return Outcome("rejected")
@@ -226,7 +229,7 @@ def ensure_children(
         except (HTTPError, OSError) as exc:
             raise RetryLater(f"applying {ref} failed: {exc}") from exc
 
-    was_ready = find_condition(parse_conditions(w.status.get("conditions")), ConditionType.READY.value)
+    was_ready = find_condition(parse_conditions(w.status.get("conditions")), ConditionType.APPLIED.value)
     w.update(
         applied_status(
             w.status,
@@ -360,12 +363,19 @@ def next_pass(spec: Mapping[str, Any], status: Mapping[str, Any], now: datetime)
 # --- the pass -----------------------------------------------------------------------------------
 
 
+# Applied=False reasons whose generation was seen but whose children are still to be applied.
+APPLY_RETRIED = frozenset({Reason.NAME_CONFLICT.value, Reason.QUOTA_EXCEEDED.value})
+
+
 def wants_apply(
     status: Mapping[str, Any], generation: int | None, jobs: Sequence[Mapping[str, Any]], now: datetime
 ) -> bool:
-    """A generation not applied yet, of a run that neither finished nor lost its Job."""
+    """A generation not applied yet (or held back by a NameConflict or a quota, retried), of a run
+    that neither finished nor lost its Job."""
+    applied = find_condition(parse_conditions(status.get("conditions")), ConditionType.APPLIED.value)
+    held = applied is not None and applied.status == "False" and applied.reason in APPLY_RETRIED
     return (
-        status.get("observedGeneration") != generation
+        (status.get("observedGeneration") != generation or held)
         and not finished(status)
         and not job_vanished(status, jobs, now)
     )
@@ -397,12 +407,13 @@ def reconcile(snap: Snapshot, state: ControllerState, now: datetime) -> Outcome:
         # Said in the status too (a missing RBAC rule reads there, not only in the operator's log);
         # with the apiserver away that write fails as well, and the retry is all there is.
         log.warning("%s %s/%s: %s", kind, namespace, name, exc)
-        w.update(not_ready_status(w.status, str(exc)[:1024], generation))
+        w.update(not_applied_status(w.status, str(exc)[:1024], generation))
         outcome = Outcome("retry", retry=True)
     except Exception as exc:  # a bug on our side: say so in the status, retry with backoff
         log.exception("%s %s/%s: reconciling failed", kind, namespace, name)
-        w.update(not_ready_status(w.status, f"{type(exc).__name__}: {exc}"[:1024], generation))
+        w.update(not_applied_status(w.status, f"{type(exc).__name__}: {exc}"[:1024], generation))
         outcome = Outcome("error", retry=True)
+    w.update(kstatus_conditions(w.status, generation, now))
 
     if w.patch:
         try:

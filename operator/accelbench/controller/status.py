@@ -70,30 +70,30 @@ def is_terminal(status: Mapping[str, Any]) -> bool:
 
 def finished(status: Mapping[str, Any]) -> bool:
     """A run that ended is never re-run by a restart or an edit (it would cost money), whatever its
-    Ready condition says (an edit refused by the Job's immutability leaves Ready=False on a run that
+    Applied condition says (an edit refused by the Job's immutability leaves Applied=False on a run that
     ran: the lifecycle fuzz re-ran one through that gap). The one end a new generation may leave is
     a spec the operator refused before anything ran: fixing the spec is how the user goes on."""
     if not is_terminal(status):
         return False
-    ready = find_condition(parse_conditions(status.get("conditions")), ConditionType.READY.value)
+    ready = find_condition(parse_conditions(status.get("conditions")), ConditionType.APPLIED.value)
     refused_before_start = (
         ready is not None and ready.reason == Reason.INVALID_SPEC.value and not status.get("startTime")
     )
     return not refused_before_start
 
 
-def not_ready_status(
+def not_applied_status(
     current: Mapping[str, Any], message: str, generation: int | None, reason: str = RECONCILE_ERROR
 ) -> dict[str, Any]:
-    """Ready=False with `reason`, the rest of the status as it is."""
-    ready = make_condition(ConditionType.READY.value, False, reason, message, generation)
+    """Applied=False with `reason`, the rest of the status as it is."""
+    ready = make_condition(ConditionType.APPLIED.value, False, reason, message, generation)
     merged = merge_conditions(parse_conditions(current.get("conditions")), [ready], now=now_rfc3339())
     return {"conditions": conditions_to_wire(merged), "message": message}
 
 
 def spec_invalid(status: Mapping[str, Any], generation: int | None) -> bool:
     """True when this generation was already refused; the timer then leaves the status alone."""
-    ready = find_condition(parse_conditions(status.get("conditions")), ConditionType.READY.value)
+    ready = find_condition(parse_conditions(status.get("conditions")), ConditionType.APPLIED.value)
     return (
         ready is not None
         and ready.status == "False"
@@ -105,8 +105,8 @@ def spec_invalid(status: Mapping[str, Any], generation: int | None) -> bool:
 def invalid_spec_status(
     current: Mapping[str, Any], message: str, generation: int | None, now: datetime
 ) -> dict[str, Any]:
-    """Phase Failed with Ready=False/InvalidSpec; fixing the spec (a new generation) clears it."""
-    ready = make_condition(ConditionType.READY.value, False, Reason.INVALID_SPEC.value, message, generation)
+    """Phase Failed with Applied=False/InvalidSpec; fixing the spec (a new generation) clears it."""
+    ready = make_condition(ConditionType.APPLIED.value, False, Reason.INVALID_SPEC.value, message, generation)
     conditions = merge_conditions(parse_conditions(current.get("conditions")), [ready], now=now_rfc3339(now))
     return {
         "phase": Phase.FAILED.value,
@@ -128,7 +128,7 @@ def applied_status(
 ) -> dict[str, Any]:
     """After the children were applied: what was planned, which children exist, and the price book."""
     ready = make_condition(
-        ConditionType.READY.value, True, Reason.CHILDREN_CREATED.value, "children applied", generation
+        ConditionType.APPLIED.value, True, Reason.CHILDREN_CREATED.value, "children applied", generation
     )
     conditions = merge_conditions(parse_conditions(current.get("conditions")), [ready], now=now_rfc3339(now))
     status: dict[str, Any] = {
@@ -249,6 +249,51 @@ def derive_status(
             results = with_serving_cost(results, price.dollars_per_hour)
         status["results"] = results.to_wire()
     return status
+
+
+# Applied=False reasons that need someone to act (the operator retries a NameConflict, but only a
+# person can remove the object in the way).
+STALLING_APPLY_REASONS = frozenset({Reason.INVALID_SPEC.value, Reason.NAME_CONFLICT.value})
+
+
+def kstatus_conditions(status: Mapping[str, Any], generation: int | None, now: datetime) -> dict[str, Any]:
+    """Ready, Reconciling and Stalled from the phase and the Applied condition, the way kstatus
+    (Flux's health checks, `kubectl wait --for=condition=Ready`) reads them: a run is Ready only once
+    it succeeded, Reconciling while it waits or runs, Stalled once it failed or cannot start."""
+    existing = parse_conditions(status.get("conditions"))
+    phase = status.get("phase")
+    message = str(status.get("message") or "")
+    applied = find_condition(existing, ConditionType.APPLIED.value)
+    failed = find_condition(existing, ConditionType.FAILED.value)
+    if phase == Phase.SUCCEEDED.value:
+        ready, reconciling, stalled = (True, Reason.COMPLETED.value), None, None
+    elif phase == Phase.FAILED.value:
+        reason = (failed.reason if failed and failed.status == "True" else None) or (
+            applied.reason if applied and applied.status == "False" else Phase.FAILED.value
+        )
+        ready, reconciling, stalled = (False, reason), None, reason
+    elif applied is not None and applied.status == "False" and applied.reason in STALLING_APPLY_REASONS:
+        ready, reconciling, stalled = (False, applied.reason), None, applied.reason
+    else:
+        waiting = phase or Phase.PENDING.value
+        if applied is not None and applied.status == "False":
+            waiting = applied.reason  # QuotaExceeded, a refused edit, an apiserver away: retried
+        ready, reconciling, stalled = (False, waiting), waiting, None
+    desired = [
+        make_condition(ConditionType.READY.value, ready[0], ready[1], message, generation),
+        make_condition(
+            ConditionType.RECONCILING.value,
+            reconciling is not None,
+            reconciling or "Done",
+            message,
+            generation,
+        ),
+        make_condition(
+            ConditionType.STALLED.value, stalled is not None, stalled or "Progressing", message, generation
+        ),
+    ]
+    merged = merge_conditions(existing, desired, now=now_rfc3339(now))
+    return {"conditions": conditions_to_wire(merged)}
 
 
 def status_patch(current: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any]:
