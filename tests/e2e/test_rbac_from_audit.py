@@ -40,7 +40,7 @@ GRANTED_WITHOUT_A_REQUEST: dict[tuple[str, str, str], str] = {
     **{
         ("accelbench.io", f"{plural}/finalizers", "update"): "OwnerReferencesPermissionEnforcement asks "
         "it of whoever sets blockOwnerDeletion on an owner reference (an authorization check, not a request)"
-        for plural in ("finetunejobs", "inferencebenches")
+        for plural in ("finetunejobs", "inferencebenches", "benchcampaigns")
     },
 }
 

@@ -124,7 +124,7 @@ def test_cells_start_in_order_until_a_cap_holds_the_rest_with_the_reason() -> No
     assert "(maxConcurrent 3)" in out.held["c3"] and all(deadline is None for _, deadline in out.admitted)
     out = admit(cells, [], Limits(max_per_accelerator=1))
     assert [name for name, _ in out.admitted] == ["c0", "c1"]
-    assert "already run on tpu-v5p" in out.held["c2"]
+    assert "run or start on tpu-v5p" in out.held["c2"]
 
 
 def test_the_budget_admits_what_fits_with_headroom_and_gives_each_a_deadline() -> None:

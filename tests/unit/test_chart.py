@@ -90,8 +90,12 @@ CHILD_RESOURCES: dict[str, tuple[str, str]] = {
 APPLY_VERBS = {"get", "create", "patch"}
 OPERATOR_RULES: dict[tuple[str, str], set[str]] = {
     # kopf watches the resources; the operator writes only their status subresource.
-    ("accelbench.io", "finetunejobs"): {"list", "watch"},
-    ("accelbench.io", "inferencebenches"): {"list", "watch"},
+    # ... and create a campaign's runs (get: whose is a name that is taken).
+    ("accelbench.io", "finetunejobs"): {"list", "watch", "create", "get"},
+    ("accelbench.io", "inferencebenches"): {"list", "watch", "create", "get"},
+    ("accelbench.io", "benchcampaigns"): {"list", "watch"},
+    ("accelbench.io", "benchcampaigns/status"): {"patch"},
+    ("accelbench.io", "benchcampaigns/finalizers"): {"update"},
     ("accelbench.io", "finetunejobs/status"): {"patch"},
     ("accelbench.io", "inferencebenches/status"): {"patch"},
     # children carry blockOwnerDeletion: OwnerReferencesPermissionEnforcement asks for this.

@@ -15,9 +15,10 @@ EXAMPLES = sorted((ROOT / "examples").rglob("*.yaml"))
 KUBERNETES_VERSION = "1.35"
 
 
-def test_crds_writes_both_files(tmp_path: Path) -> None:
+def test_crds_writes_every_kind(tmp_path: Path) -> None:
     assert main(["crds", "--out", str(tmp_path)]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "accelbench.io_benchcampaigns.yaml",
         "accelbench.io_finetunejobs.yaml",
         "accelbench.io_inferencebenches.yaml",
     ]

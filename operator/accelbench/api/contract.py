@@ -25,6 +25,9 @@ LABEL_KIND = "accelbench.io/kind"  # render writes (parent kind); Service select
 LABEL_NAME = "accelbench.io/name"  # render writes (parent name); the operator's Job/Pod indexes read
 LABEL_ROLE = "accelbench.io/role"  # render writes (a Role); the progress scrape and Services read
 LABEL_ACCELERATOR = "accelbench.io/accelerator"  # render writes; PodMonitor target labels read
+LABEL_CAMPAIGN = "accelbench.io/campaign"  # campaign writes on its runs (its name); `-l` selectors read
+LABEL_CELL = "accelbench.io/cell"  # campaign writes on its runs: the cell's key, shared by its repeats
+ANNOTATION_CELL_VALUES = "accelbench.io/cell-values"  # campaign writes on its runs: the cell as JSON
 LABEL_KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"  # render writes on a queued Job; Kueue and observe read
 
 

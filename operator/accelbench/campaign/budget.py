@@ -1,7 +1,7 @@
 """Which of a campaign's waiting cells may start now, under its budget and concurrency caps. Pure.
 
 Projections can be wrong, so a cell is not admitted on its projection alone: it is given an
-allowance, its projection plus HEADROOM, cut to what the budget has left, and the allowance becomes
+allowance, its projection plus its headroom, cut to what the budget has left, and the allowance becomes
 its deadline (the Job's activeDeadlineSeconds). A cell is admitted only when its allowance still
 covers its projection. Finished cells count what they cost, running ones their allowance, so the
 campaign as a whole never spends more than `maxUSD` (or `maxChipHours`), whatever the projections
@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 SECONDS_PER_HOUR = 3600.0
-HEADROOM = 0.5  # a cell may run this much longer than projected before its deadline stops it
 
 
 @dataclass(frozen=True)
@@ -27,6 +26,7 @@ class Candidate:
     chips: int
     dollars_per_hour: float  # chips x $/chip-hour
     projected_hours: float
+    headroom: float = 0.5  # fraction of the projection it may run past it (campaign/projection.py)
 
     @property
     def projected_dollars(self) -> float:
@@ -90,12 +90,14 @@ def admit(candidates: Sequence[Candidate], started: Sequence[Started], limits: L
     chip_hours = sum(s.committed_chip_hours for s in started)
     for cell in candidates:
         if limits.max_concurrent is not None and count >= limits.max_concurrent:
-            out.held[cell.name] = f"{count} cell(s) already running (maxConcurrent {limits.max_concurrent})"
+            out.held[cell.name] = (
+                f"{count} cell(s) running or starting (maxConcurrent {limits.max_concurrent})"
+            )
             continue
         on_accel = per_accelerator.get(cell.accelerator, 0)
         if limits.max_per_accelerator is not None and on_accel >= limits.max_per_accelerator:
             out.held[cell.name] = (
-                f"{on_accel} cell(s) already run on {cell.accelerator} "
+                f"{on_accel} cell(s) run or start on {cell.accelerator} "
                 f"(maxConcurrentPerAccelerator {limits.max_per_accelerator})"
             )
             continue
@@ -117,7 +119,7 @@ def admit(candidates: Sequence[Candidate], started: Sequence[Started], limits: L
 def allowed_hours(
     cell: Candidate, committed_dollars: float, committed_chip_hours: float, limits: Limits
 ) -> float | None:
-    """The projection plus HEADROOM, cut to what the budget has left; None without a budget."""
+    """The projection plus its headroom, cut to what the budget has left; None without a budget."""
     caps = []
     if limits.max_usd is not None and cell.dollars_per_hour > 0:
         caps.append((limits.max_usd - committed_dollars) / cell.dollars_per_hour)
@@ -125,7 +127,7 @@ def allowed_hours(
         caps.append((limits.max_chip_hours - committed_chip_hours) / cell.chips)
     if not caps:
         return None
-    return min(cell.projected_hours * (1 + HEADROOM), *caps)
+    return min(cell.projected_hours * (1 + cell.headroom), *caps)
 
 
 def _over_budget(cell: Candidate, dollars: float, chip_hours: float, limits: Limits) -> str:

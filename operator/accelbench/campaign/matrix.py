@@ -20,13 +20,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..api.resources import MAX_NAME_LENGTH
+from ..api.campaign import CELL_KEY_LENGTH, MAX_CAMPAIGN_NAME_LENGTH, MAX_REPEATS
 
-KEY_LENGTH = 8  # hex digits of sha256: 4e9 keys, far beyond any campaign's cells
 KIND_LETTER = {"FinetuneJob": "t", "InferenceBench": "s"}  # train, serve: in the child's name
-MAX_REPEATS = 99
-# A child is a run like any other, so its name has a run's bound: "<campaign>-t<key>-<repeat>".
-MAX_CAMPAIGN_NAME_LENGTH = MAX_NAME_LENGTH - len("-t") - KEY_LENGTH - len(f"-{MAX_REPEATS}")
+__all__ = [
+    "MAX_CAMPAIGN_NAME_LENGTH",
+    "MAX_REPEATS",
+    "Cell",
+    "MatrixError",
+    "apply_assignment",
+    "cells_of",
+    "expand",
+]
 
 
 class MatrixError(ValueError):
@@ -43,7 +48,7 @@ class Cell:
     def key(self) -> str:
         """Stable across matrix edits and restarts: kind + assignment, not the repeat or position."""
         canonical = json.dumps([self.kind, self.assignment], sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode()).hexdigest()[:KEY_LENGTH]
+        return hashlib.sha256(canonical.encode()).hexdigest()[:CELL_KEY_LENGTH]
 
     def child_name(self, campaign: str) -> str:
         """`<campaign>-<t|s><key>[-<repeat+1>]`: at most campaign + 12 characters."""

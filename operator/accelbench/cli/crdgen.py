@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from ..api import GROUP, VERSION, FinetuneJob, InferenceBench
+from ..api.campaign import MAX_CAMPAIGN_NAME_LENGTH, BenchCampaign, BenchCampaignSpec, BenchCampaignStatus
 from ..api.finetune import FinetuneJobSpec
 from ..api.inference import InferenceBenchSpec
 from ..api.resources import MAX_NAME_LENGTH, NAME_PATTERN
@@ -105,7 +106,14 @@ def topology_rule(catalog: Catalog) -> dict[str, str]:
 
 
 def _add_catalog_rules(spec_schema: dict[str, Any], catalog: Catalog) -> None:
-    accelerator = spec_schema["properties"]["accelerator"]
+    """The accelerator types and TPU topologies of the catalog, on a run's spec (or, in a campaign,
+    on each arm's template)."""
+    props = spec_schema["properties"]
+    if "accelerator" not in props:  # a campaign: its arms carry run specs
+        for arm in ("finetune", "inference"):
+            _add_catalog_rules(props[arm]["properties"]["template"], catalog)
+        return
+    accelerator = props["accelerator"]
     accelerator.setdefault("x-kubernetes-validations", []).append(topology_rule(catalog))
     accelerator["properties"]["type"]["enum"] = sorted(catalog.accelerators)
 
@@ -122,9 +130,20 @@ _FINETUNE_COLUMNS = [
     {
         "name": "Reason",
         "type": "string",
-        "jsonPath": '.status.conditions[?(@.status=="False")].reason',
+        "jsonPath": '.status.conditions[?(@.type=="Ready")].reason',
         "priority": 1,
     },
+]
+
+_CAMPAIGN_COLUMNS = [
+    {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    {"name": "Cells", "type": "integer", "jsonPath": ".status.totals.cells"},
+    {"name": "Succeeded", "type": "integer", "jsonPath": ".status.totals.succeeded"},
+    {"name": "Failed", "type": "integer", "jsonPath": ".status.totals.failed"},
+    {"name": "Running", "type": "integer", "jsonPath": ".status.totals.running"},
+    {"name": "Cost $", "type": "number", "jsonPath": ".status.totals.dollars"},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    {"name": "Message", "type": "string", "jsonPath": ".status.message", "priority": 1},
 ]
 
 _BENCH_COLUMNS = [
@@ -150,6 +169,15 @@ NAME_RULE = {
     "message": "metadata.name must be a DNS-1035 label (lowercase letters, digits and '-', starting "
     f"with a letter) of at most {MAX_NAME_LENGTH} characters: the run's children and their pods are "
     "named after it, which Kubernetes caps at 63",
+}
+
+
+CAMPAIGN_NAME_RULE = {
+    "rule": f"self.metadata.name.size() <= {MAX_CAMPAIGN_NAME_LENGTH} "
+    f"&& self.metadata.name.matches('{NAME_PATTERN}')",
+    "message": "metadata.name must be a DNS-1035 label (lowercase letters, digits and '-', starting "
+    f"with a letter) of at most {MAX_CAMPAIGN_NAME_LENGTH} characters: each cell's run is named "
+    "<campaign>-<t|s><8-hex key>[-<repeat>], within a run's own bound",
 }
 
 
@@ -185,9 +213,12 @@ def _crd(
     status_model: type[BaseModel],
     columns: list[dict[str, Any]],
     catalog: Catalog,
+    name_rule: dict[str, str] = NAME_RULE,
+    locked_after_start: bool = True,
 ) -> dict[str, Any]:
     spec_schema = structural_schema(spec_model)
     _add_catalog_rules(spec_schema, catalog)
+    rules = [name_rule, *(immutability_rules(spec_schema) if locked_after_start else [])]
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -215,7 +246,7 @@ def _crd(
                             "type": "object",
                             "description": (spec_model.__doc__ or kind).strip().splitlines()[0],
                             "required": ["spec"],
-                            "x-kubernetes-validations": [NAME_RULE, *immutability_rules(spec_schema)],
+                            "x-kubernetes-validations": rules,
                             "properties": {
                                 "apiVersion": {"type": "string"},
                                 "kind": {"type": "string"},
@@ -251,5 +282,18 @@ def generate_crds(catalog: Catalog) -> dict[str, dict[str, Any]]:
             InferenceBenchStatus,
             _BENCH_COLUMNS,
             catalog,
+        ),
+        # A campaign's spec stays editable (Git edits add or drop cells; finished cells never
+        # re-run), and its name leaves room for the cells' names.
+        f"{GROUP}_{BenchCampaign.PLURAL}.yaml": _crd(
+            BenchCampaign.KIND,
+            BenchCampaign.PLURAL,
+            BenchCampaign.SHORT_NAMES,
+            BenchCampaignSpec,
+            BenchCampaignStatus,
+            _CAMPAIGN_COLUMNS,
+            catalog,
+            name_rule=CAMPAIGN_NAME_RULE,
+            locked_after_start=False,
         ),
     }

@@ -11,7 +11,10 @@ import yaml
 from pydantic import ValidationError
 
 from ..api import Resource, parse_resource
+from ..api.campaign import BenchCampaign
 from ..api.errors import describe_validation_error
+from ..campaign.matrix import MatrixError, cells_of
+from ..campaign.plan import arms, child_manifest
 
 
 class ManifestError(ValueError):
@@ -38,20 +41,35 @@ def read_documents(path: str) -> list[dict[str, Any]]:
     return docs
 
 
+def campaign_runs(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """A BenchCampaign's runs, one per cell and repeat, as the operator would make them."""
+    campaign = BenchCampaign.model_validate(doc)
+    runs = []
+    for kind, template, matrix in arms(campaign):
+        for cell in cells_of(kind, matrix.axes, matrix.include, matrix.exclude, campaign.spec.repeats):
+            runs.append(child_manifest(campaign, cell, template))
+    return runs
+
+
 def load_resources(path: str) -> list[LoadedResource]:
-    """Every document of the file as a FinetuneJob or InferenceBench; all errors reported at once."""
+    """Every document of the file as a FinetuneJob or InferenceBench (a BenchCampaign as the runs of
+    its cells); all errors reported at once."""
     loaded: list[LoadedResource] = []
     problems: list[str] = []
     for i, doc in enumerate(read_documents(path)):
         where = f"{path}[{i}]" if i else path
         name = (doc.get("metadata") or {}).get("name", "?") if isinstance(doc.get("metadata"), dict) else "?"
         try:
+            if doc.get("kind") == BenchCampaign.KIND:
+                for run in campaign_runs(doc):
+                    loaded.append(LoadedResource(f"{where} {run['metadata']['name']}", parse_resource(run)))
+                continue
             loaded.append(LoadedResource(where, parse_resource(doc)))
         except ValidationError as exc:
             problems += [
                 f"{where} ({doc.get('kind')} {name}): {line}" for line in describe_validation_error(exc)
             ]
-        except ValueError as exc:
+        except (ValueError, MatrixError) as exc:
             problems.append(f"{where}: {exc}")
     if problems:
         raise ManifestError("\n".join(problems))

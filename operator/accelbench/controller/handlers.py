@@ -23,13 +23,22 @@ from typing import Any
 import kopf
 
 from ..api import GROUP, VERSION, FinetuneJob, InferenceBench
+from ..api.campaign import BenchCampaign
 from ..api.contract import (
     ENV_OPERATOR_EVENT_LEVEL,
     ENV_OPERATOR_PRICES_CONFIGMAP,
     ENV_OPERATOR_WORKERS,
     LABEL_NAME,
 )
-from .cache import controller_uid, job_owner_key, pod_owner_key, slim_job, slim_pod, slim_resource
+from .cache import (
+    controller_of,
+    controller_uid,
+    job_owner_key,
+    pod_owner_key,
+    slim_job,
+    slim_pod,
+    slim_resource,
+)
 from .kube import Kube, load_config
 from .loop import Controller, Indexes
 from .metrics import METRICS
@@ -37,6 +46,7 @@ from .state import DEFAULT_PRICES_CONFIGMAP, ControllerState, network_policies, 
 
 KINDS = (FinetuneJob, InferenceBench)
 KIND_NAMES = frozenset(k.KIND for k in KINDS)
+CAMPAIGN_KINDS = frozenset({BenchCampaign.KIND})
 WORKERS = int(os.environ.get(ENV_OPERATOR_WORKERS, "32"))
 
 
@@ -72,8 +82,11 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.
 async def start_loop(memo: kopf.Memo, logger: logging.Logger, **indices: Any) -> None:
     """Start the loop over kopf's indexes (empty now; kopf fills them before any event handler runs)."""
     controller = Controller(_state(memo), WORKERS)
-    resources = {kind.KIND: indices[f"{kind.PLURAL}_index"] for kind in KINDS}
-    controller.start(Indexes(resources=resources, jobs=indices["jobs_index"], pods=indices["pods_index"]))
+    resources = {kind.KIND: indices[f"{kind.PLURAL}_index"] for kind in (*KINDS, BenchCampaign)}
+    runs = [indices[f"{kind.PLURAL}_runs"] for kind in KINDS]
+    controller.start(
+        Indexes(resources=resources, jobs=indices["jobs_index"], pods=indices["pods_index"], runs=runs)
+    )
     memo.controller = controller
     logger.info("accelbench loop started with %d workers", WORKERS)
 
@@ -101,9 +114,19 @@ def pods_index(body: kopf.Body, **_: Any) -> dict[Any, Any]:
     return {owner: slim_pod(body)} if owner else {}
 
 
+def runs_index(body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    """A campaign's runs, by its UID, with their status: the rows of its table."""
+    owner = controller_uid(body, CAMPAIGN_KINDS)
+    return {owner: slim_resource(body)} if owner else {}
+
+
 async def resource_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     meta = body.get("metadata") or {}
-    memo.controller.wake((str(body.get("kind")), str(meta.get("namespace")), str(meta.get("name"))))
+    namespace = str(meta.get("namespace"))
+    memo.controller.wake((str(body.get("kind")), namespace, str(meta.get("name"))))
+    owner = controller_of(body)
+    if owner is not None and owner.get("kind") in CAMPAIGN_KINDS:  # a run's change is its campaign's
+        memo.controller.wake((str(owner["kind"]), namespace, str(owner.get("name"))))
 
 
 async def job_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
@@ -129,7 +152,9 @@ def register(registry: kopf.OperatorRegistry | None = None) -> None:
     kopf.index("", "v1", "pods", labels=children, registry=registry)(pods_index)
     kopf.on.event("batch", "v1", "jobs", labels=children, registry=registry)(job_event)
     kopf.on.event("", "v1", "pods", labels=children, registry=registry)(pod_event)
-    for kind in KINDS:
+    for kind in (*KINDS, BenchCampaign):
         index_id = f"{kind.PLURAL}_index"
         kopf.index(GROUP, VERSION, kind.PLURAL, id=index_id, registry=registry)(resources_index)
         kopf.on.event(GROUP, VERSION, kind.PLURAL, registry=registry)(resource_event)
+    for kind in KINDS:
+        kopf.index(GROUP, VERSION, kind.PLURAL, id=f"{kind.PLURAL}_runs", registry=registry)(runs_index)

@@ -19,14 +19,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from ..api.campaign import BenchCampaign
 from ..api.status import Phase
 from .cache import ResourceKey
+from .campaign import reconcile_campaign
 from .progress import PROGRESS_ROLE, metrics_url, read_progress
 from .reconciler import RUNNING_PASS_S, Outcome, Snapshot, reconcile
 from .state import ControllerState
@@ -46,6 +48,7 @@ class Indexes:
     resources: Mapping[str, Any]  # kind -> kopf.Index
     jobs: Any
     pods: Any
+    runs: Sequence[Any] = ()  # per run kind: its resources by their BenchCampaign's UID
 
 
 def _first(store: Any) -> Any:
@@ -79,6 +82,9 @@ class Controller:
         if body is None:
             return Snapshot(key, None)
         uid = (body.get("metadata") or {}).get("uid")
+        if kind == BenchCampaign.KIND:
+            runs = [run for index in self.indexes.runs for run in index.get(uid, ())]
+            return Snapshot(key, body, runs=runs)
         jobs = list(self.indexes.jobs.get(uid, ()))
         pods = [
             pod for job in jobs for pod in self.indexes.pods.get((job.get("metadata") or {}).get("uid"), ())
@@ -120,9 +126,8 @@ class Controller:
             try:
                 snap = self.snapshot(key)
                 self._maybe_scrape(snap)
-                outcome = await loop.run_in_executor(
-                    self._executor, reconcile, snap, self.state, self.clock()
-                )
+                step = reconcile_campaign if kind == BenchCampaign.KIND else reconcile
+                outcome = await loop.run_in_executor(self._executor, step, snap, self.state, self.clock())
                 if snap.body is None:
                     self.queue.drop(key)
                     self._progress.pop(key, None)

@@ -82,6 +82,7 @@ class Snapshot:
     jobs: Sequence[Mapping[str, Any]] = ()  # Jobs whose controller is this resource (by UID)
     pods: Sequence[Mapping[str, Any]] = ()  # Pods whose controller is one of those Jobs
     progress: Mapping[str, Any] | None = None  # the latest progress read of its rank 0
+    runs: Sequence[Mapping[str, Any]] = ()  # a BenchCampaign's: the runs whose controller it is
 
 
 @dataclass(frozen=True)

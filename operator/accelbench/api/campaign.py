@@ -1,0 +1,160 @@
+"""BenchCampaign: a matrix of FinetuneJobs and InferenceBenches on identical work, with a budget.
+
+Each arm is a template (the spec of one run) and a matrix of spec paths to vary (accelerators
+first, but any field). The operator makes one child run per cell and repeat, named by a hash of the
+cell's values (campaign/matrix.py), admits cells under `budget` and the concurrency caps
+(campaign/budget.py), and gathers every child's results into one table in status.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from .base import API_VERSION, ApiModel, cel
+from .finetune import FinetuneJobSpec
+from .inference import InferenceBenchSpec
+from .resources import MAX_NAME_LENGTH, ObjectMeta
+from .status import Condition
+
+MAX_CAMPAIGN_USD = 10_000_000.0
+MAX_CELLS = 500  # a campaign's children live in one namespace and one status
+CELL_KEY_LENGTH = 8  # hex digits of sha256 naming a cell: 4e9 keys, far beyond any campaign's cells
+MAX_REPEATS = 99
+# A child is a run like any other, so its name has a run's bound: "<campaign>-t<key>-<repeat>".
+MAX_CAMPAIGN_NAME_LENGTH = MAX_NAME_LENGTH - len("-t") - CELL_KEY_LENGTH - len(f"-{MAX_REPEATS}")
+
+# A matrix value is any JSON (an accelerator object, a number, a string): kept as given.
+_ANY_VALUE = {"x-kubernetes-preserve-unknown-fields": True}
+
+
+class Matrix(ApiModel):
+    """`axes` maps a dotted spec path (as in the manifest: `accelerator`, `training.seqLength`) to the
+    values to try; the cells are their product, minus each `exclude` entry (a partial assignment),
+    plus each `include` entry (a whole assignment)."""
+
+    axes: dict[str, list[Any]] = Field(
+        default_factory=dict,
+        max_length=8,
+        json_schema_extra={"additionalProperties": {"type": "array", "maxItems": 64, "items": _ANY_VALUE}},
+    )
+    include: list[dict[str, Any]] = Field(
+        default_factory=list, max_length=64, json_schema_extra={"items": {"type": "object", **_ANY_VALUE}}
+    )
+    exclude: list[dict[str, Any]] = Field(
+        default_factory=list, max_length=64, json_schema_extra={"items": {"type": "object", **_ANY_VALUE}}
+    )
+
+
+class FinetuneArm(ApiModel):
+    template: FinetuneJobSpec
+    matrix: Matrix = Field(default_factory=Matrix)
+
+
+class InferenceArm(ApiModel):
+    template: InferenceBenchSpec
+    matrix: Matrix = Field(default_factory=Matrix)
+
+
+class Budget(ApiModel):
+    max_usd: float | None = Field(
+        default=None, alias="maxUSD", gt=0, le=MAX_CAMPAIGN_USD, description="Never spent past."
+    )
+    max_chip_hours: float | None = Field(default=None, gt=0, le=MAX_CAMPAIGN_USD)
+
+
+class BenchCampaignSpec(ApiModel):
+    """A matrix of fine-tuning and serving runs across accelerators, with a budget and one report."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                cel("has(self.finetune) || has(self.inference)", "a campaign needs finetune or inference")
+            ]
+        }
+    }
+
+    finetune: FinetuneArm | None = None
+    inference: InferenceArm | None = None
+    repeats: int = Field(default=1, ge=1, le=MAX_REPEATS, description="Runs per cell: median and spread.")
+    budget: Budget = Field(default_factory=Budget)
+    max_concurrent: int | None = Field(default=None, ge=1, le=1000, description="Cells running at once.")
+    max_concurrent_per_accelerator: int | None = Field(default=None, ge=1, le=1000)
+
+    @model_validator(mode="after")
+    def _some_arm(self) -> BenchCampaignSpec:
+        if self.finetune is None and self.inference is None:
+            raise ValueError("a campaign needs finetune or inference")
+        return self
+
+
+class CellRow(ApiModel):
+    """One child run: where it ran and what it measured, as its own status says."""
+
+    name: str
+    kind: str
+    cell: str = Field(description="The cell's key: a hash of its values, shared by its repeats.")
+    values: str = Field(description="The cell's matrix values, as JSON.")
+    repeat: int = Field(ge=0)
+    accelerator: str | None = None
+    phase: str | None = None
+    reason: str | None = None
+    tokens_per_second: float | None = Field(default=None, ge=0)
+    tokens_per_second_per_chip: float | None = Field(default=None, ge=0)
+    mfu: float | None = Field(default=None, ge=0, le=1)
+    final_loss: float | None = None
+    peak_output_tokens_per_second: float | None = Field(default=None, ge=0)
+    capacity_concurrency: int | None = Field(default=None, ge=0)
+    dollars_per_million_tokens: float | None = Field(default=None, ge=0)
+    cost_dollars: float | None = Field(default=None, ge=0)
+    chip_hours: float | None = Field(default=None, ge=0)
+    in_matrix: bool = Field(default=True, description="False: a Git edit removed the cell; its run is kept.")
+
+
+class Totals(ApiModel):
+    cells: int = Field(default=0, ge=0)
+    succeeded: int = Field(default=0, ge=0)
+    failed: int = Field(default=0, ge=0)
+    running: int = Field(default=0, ge=0)
+    waiting: int = Field(default=0, ge=0)
+    dollars: float = Field(default=0.0, ge=0)
+    chip_hours: float = Field(default=0.0, ge=0)
+
+
+class BenchCampaignStatus(ApiModel):
+    phase: str | None = None
+    message: str | None = None
+    observed_generation: int | None = None
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    cells: list[CellRow] = Field(default_factory=list, max_length=MAX_CELLS)
+    waiting: dict[str, str] = Field(default_factory=dict, description="Cell name -> why it has not started.")
+    totals: Totals = Field(default_factory=Totals)
+    pareto_front: list[str] = Field(
+        default_factory=list, description="Fine-tuning cells no other beats on both cost and tokens/s."
+    )
+    winners: dict[str, str] = Field(default_factory=dict, description="Metric -> the cell best at it.")
+
+
+class BenchCampaign(ApiModel):
+    KIND: ClassVar[str] = "BenchCampaign"
+    PLURAL: ClassVar[str] = "benchcampaigns"
+    SHORT_NAMES: ClassVar[list[str]] = ["bc", "campaign"]
+
+    api_version: Literal["accelbench.io/v1alpha1"] = API_VERSION
+    kind: Literal["BenchCampaign"] = "BenchCampaign"
+    metadata: ObjectMeta
+    spec: BenchCampaignSpec
+    status: BenchCampaignStatus | None = None
+
+    @model_validator(mode="after")
+    def _name_leaves_room_for_cells(self) -> BenchCampaign:
+        if len(self.metadata.name) > MAX_CAMPAIGN_NAME_LENGTH:
+            raise ValueError(
+                f"metadata.name: at most {MAX_CAMPAIGN_NAME_LENGTH} characters (each cell's run is named "
+                "<campaign>-<t|s><8-hex key>[-<repeat>])"
+            )
+        return self
