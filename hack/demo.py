@@ -3,8 +3,9 @@
 1. the local control plane (hack/localcluster.py; reused when it already runs),
 2. a tiny random-weight model and chat dataset under .demo/ in the real formats,
 3. the CRDs, the local executor (hack/localexec.py) and the operator (python -m accelbench.controller),
-4. the quickstart FinetuneJob and InferenceBench, re-run from scratch each time,
-5. a live table until both finish, then the resources as `kubectl get` shows them.
+4. the quickstart FinetuneJob and InferenceBench, and the six-cell CPU BenchCampaign, re-run from
+   scratch each time,
+5. a live table until all three finish, then the resources as `kubectl get` shows them.
 
 `make demo-down` (python hack/demo.py down) stops everything and keeps .demo/ for a look.
 """
@@ -35,8 +36,14 @@ DATASET = DEMO / "data" / "chat.jsonl"
 MANIFESTS = [
     ROOT / "examples/quickstart/finetune-tiny-cpu.yaml",
     ROOT / "examples/quickstart/inference-tiny-cpu.yaml",
+    ROOT / "examples/campaigns/cpu-demo.yaml",
 ]
-RESOURCES = [("finetunejobs", "quickstart-finetune"), ("inferencebenches", "quickstart-bench")]
+RESOURCES = [
+    ("finetunejobs", "quickstart-finetune"),
+    ("inferencebenches", "quickstart-bench"),
+    ("benchcampaigns", "cpu-demo"),
+]
+DONE = ("Succeeded", "Failed", "Finished", "Stalled")  # a run's end, a campaign's end
 TIMEOUT_S = 900
 
 
@@ -156,12 +163,12 @@ def wait_and_show() -> bool:
         while time.monotonic() < deadline:
             statuses = {name: status_of(plural, name) for plural, name in RESOURCES}
             live.update(table())
-            if all(s.get("phase") in ("Succeeded", "Failed") for s in statuses.values()):
+            if all(s.get("phase") in DONE for s in statuses.values()):
                 break
             time.sleep(2)
-    ok = all(s.get("phase") == "Succeeded" for s in statuses.values())
+    ok = all(s.get("phase") in ("Succeeded", "Finished") for s in statuses.values())
     print()
-    print(kubectl("get", "finetunejobs,inferencebenches", "-o", "wide", check=False).stdout)
+    print(kubectl("get", "finetunejobs,inferencebenches,benchcampaigns", "-o", "wide", check=False).stdout)
     ft = statuses.get("quickstart-finetune", {})
     if ft.get("results"):
         r = ft["results"]
@@ -177,6 +184,22 @@ def wait_and_show() -> bool:
             f"InferenceBench: peak {r.get('peakOutputTokensPerSecond')} output tokens/s, "
             f"SLO capacity {r.get('capacityConcurrency')} concurrent requests"
         )
+    campaign = statuses.get("cpu-demo", {})
+    if campaign.get("cells"):
+        t = Table(title=f"BenchCampaign cpu-demo: {campaign.get('message', '')}")
+        for col in ("run", "values", "phase", "tokens/s", "peak out tok/s", "cost $"):
+            t.add_column(col)
+        for row in campaign["cells"]:
+            t.add_row(
+                row["name"],
+                row.get("values", ""),
+                row.get("phase") or "",
+                f"{row['tokensPerSecond']:.0f}" if row.get("tokensPerSecond") else "",
+                f"{row['peakOutputTokensPerSecond']:.0f}" if row.get("peakOutputTokensPerSecond") else "",
+                f"{row.get('costDollars', 0):.4f}",
+            )
+        console.print(t)
+        print(f"winners: {campaign.get('winners')}")
     return ok
 
 
@@ -195,6 +218,7 @@ def up() -> int:
         "  .bin/kubectl get configmap quickstart-bench-results -o jsonpath='{.data.results\\.json}'\n"
         "  .bin/kubectl get events --sort-by=.lastTimestamp\n"
         "  .venv/bin/accelbench plan -f examples/finetune/gemma4-31b-lora-h100x2.yaml\n"
+        "  .bin/kubectl get benchcampaign cpu-demo -o yaml  # the campaign's table and conditions\n"
         "  tail -f .demo/logs/operator.log\n"
         "  make demo-down                                  # stop it all"
     )

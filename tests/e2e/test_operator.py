@@ -505,7 +505,7 @@ def test_the_quickstarts_run_in_a_pod_security_restricted_namespace(env: Env, ti
         for plural, name in ((FT, "quick-restricted"), ("inferencebenches", "bench-restricted")):
             obj = wait_for(
                 lambda p=plural, n=name: (
-                    (o := env.get(p, n, ns))["status"].get("phase") in ("Succeeded", "Failed") and o
+                    (o := env.get(p, n, ns)).get("status", {}).get("phase") in ("Succeeded", "Failed") and o
                 ),
                 timeout=300,
                 what=f"{name} terminal",
