@@ -190,6 +190,14 @@ def _pass(kube: CampaignKube, body: dict[str, Any], runs: list[dict[str, Any]] =
     )
 
 
+def test_the_operators_client_knows_every_kind_it_writes() -> None:
+    from accelbench.api import KINDS
+    from accelbench.controller.kube import resource_path
+
+    for kind in [*KINDS, "BenchCampaign"]:  # status writes, and a campaign's runs
+        assert resource_path("accelbench.io/v1alpha1", kind, "ns", "n").startswith("/apis/accelbench.io/")
+
+
 def test_the_controller_creates_the_admitted_runs_and_writes_kstatus() -> None:
     body = campaign("cpu-demo").model_dump(by_alias=True, exclude_none=True, mode="json")
     kube = CampaignKube()

@@ -33,6 +33,7 @@ PLURALS: dict[str, str] = {
     "NetworkPolicy": "networkpolicies",
     "FinetuneJob": "finetunejobs",
     "InferenceBench": "inferencebenches",
+    "BenchCampaign": "benchcampaigns",
     "Event": "events",
     "Lease": "leases",
 }
