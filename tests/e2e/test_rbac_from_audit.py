@@ -38,6 +38,11 @@ GRANTED_WITHOUT_A_REQUEST: dict[tuple[str, str, str], str] = {
         )
     },
     **{
+        ("accelbench.io", plural, "get"): "a campaign reads a run only when its name is taken, to tell "
+        "its own (made by an earlier pass) from someone else's (unit-tested in test_campaign_plan.py)"
+        for plural in ("finetunejobs", "inferencebenches")
+    },
+    **{
         ("accelbench.io", f"{plural}/finalizers", "update"): "OwnerReferencesPermissionEnforcement asks "
         "it of whoever sets blockOwnerDeletion on an owner reference (an authorization check, not a request)"
         for plural in ("finetunejobs", "inferencebenches", "benchcampaigns")

@@ -1,7 +1,8 @@
-"""A BenchCampaign on the local control plane (issue 16): the CPU demo campaign's six cells (four
-fine-tunes, two benches) run with tiny real workers under maxConcurrent 2, through two operator
-kills, to one table in status; no finished cell ever runs twice, and the kstatus conditions say
-when it is done."""
+"""A BenchCampaign on the local control plane (issue 16), run by the chart-installed operator (the
+file sorts after test_chart_install.py, so the RBAC audit sees its requests): the CPU demo
+campaign's six cells (four fine-tunes, two benches) run with tiny real workers under maxConcurrent
+2, through two operator kills, to one table in status; no finished cell ever runs twice, and the
+kstatus conditions say when it is done."""
 
 from __future__ import annotations
 
