@@ -226,3 +226,18 @@ def test_the_controller_creates_the_admitted_runs_and_writes_kstatus() -> None:
     _pass(refused, bad)
     assert refused.created == [] and refused.status_writes[0]["phase"] == "Stalled"
     assert "repeats" in refused.status_writes[0]["message"]
+
+
+def test_a_budgeted_cell_without_any_projection_waits_and_says_what_to_set() -> None:
+    """Trained by epochs with no deadline: no cost can be projected, so a budget cannot admit it;
+    without a budget it runs."""
+    study = campaign("gemma4-31b-study", inference=None, repeats=1)
+    assert study.spec.finetune is not None
+    study.spec.finetune.template.active_deadline_seconds = None
+    out = plan_campaign(study, [], CATALOG, NOW)
+    assert out.create == [] and out.status["phase"] == "Stalled"
+    assert all(
+        "set training.maxSteps or activeDeadlineSeconds" in why for why in out.status["waiting"].values()
+    )
+    study.spec.budget.max_usd = None
+    assert len(plan_campaign(study, [], CATALOG, NOW).create) == 3

@@ -22,7 +22,7 @@ from ..catalog.types import Catalog
 from ..plan import plan_for
 from .budget import Candidate, Limits, Started, admit
 from .matrix import Cell, MatrixError, apply_assignment, cells_of
-from .projection import project
+from .projection import project, unprojectable
 from .summary import pareto_front, winner
 
 TERMINAL = (Phase.SUCCEEDED.value, Phase.FAILED.value)
@@ -153,34 +153,21 @@ def plan_campaign(
             resource = parse_resource(manifest)
             plan = plan_for(resource, catalog)
         except (ValueError, KeyError, MatrixError) as exc:
-            out.invalid[name] = describe(exc) if hasattr(exc, "errors") else str(exc)
-            rows.append(
-                CellRow(
-                    name=name,
-                    kind=cell.kind,
-                    cell=cell.key,
-                    values=json.dumps(cell.values(), sort_keys=True),
-                    repeat=cell.repeat,
-                    phase="Invalid",
-                    reason="InvalidCell",
-                )
-            )
+            out.invalid[name] = describe(exc)
+            rows.append(_row(cell, name, "Invalid", "InvalidCell"))
             continue
         projection = project(resource, plan, measured)
+        budgeted = campaign.spec.budget.max_usd is not None or campaign.spec.budget.max_chip_hours is not None
+        if projection is None and budgeted:
+            unprojected[name] = unprojectable(resource)
+            rows.append(_row(cell, name, "Waiting"))
+            continue
+        hours, headroom = (projection.hours, projection.headroom) if projection else (0.0, 0.0)
         candidates.append(
-            Candidate(name, plan.accelerator, plan.chips, plan.dollars_per_hour, projection.hours)
+            Candidate(name, plan.accelerator, plan.chips, plan.dollars_per_hour, hours, headroom)
         )
         manifests[name] = manifest
-        rows.append(
-            CellRow(
-                name=name,
-                kind=cell.kind,
-                cell=cell.key,
-                values=json.dumps(cell.values(), sort_keys=True),
-                repeat=cell.repeat,
-                phase="Waiting",
-            )
-        )
+        rows.append(_row(cell, name, "Waiting"))
     in_matrix = {row.name for row in rows}
     rows += [row_of(None, run, False) for name, run in sorted(existing.items()) if name not in in_matrix]
 

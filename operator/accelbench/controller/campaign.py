@@ -23,7 +23,7 @@ from ..campaign.plan import plan_campaign
 from .cache import is_controlled_by
 from .conditions import conditions_to_wire, make_condition, merge_conditions, now_rfc3339, parse_conditions
 from .kube import api_error_message
-from .reconciler import Outcome, Snapshot
+from .reconciler import Outcome, Snapshot, write_status
 from .state import ControllerState
 from .status import status_patch
 
@@ -60,7 +60,7 @@ def _ours(state: ControllerState, manifest: Mapping[str, Any], uid: str | None) 
 
 
 def reconcile_campaign(snap: Snapshot, state: ControllerState, now: datetime) -> Outcome:
-    kind, namespace, name = snap.key
+    _, namespace, name = snap.key
     body = snap.body
     if body is None:
         return Outcome("gone")
@@ -105,17 +105,4 @@ def reconcile_campaign(snap: Snapshot, state: ControllerState, now: datetime) ->
                 outcome = Outcome("campaign", requeue_after=STALLED_PASS_S)
     desired["conditions"] = campaign_conditions({**stored, **desired}, generation, now)
     patch = status_patch(stored, desired)
-    if patch:
-        try:
-            state.kube.patch_status(body, patch, meta.get("resourceVersion"))
-        except ApiException as exc:
-            if exc.status == 409:
-                return Outcome("conflict-retry", requeue_after=0.5)
-            if exc.status == 404:
-                return Outcome("gone")
-            log.warning("%s %s/%s: status write failed: %s", kind, namespace, name, api_error_message(exc))
-            return Outcome("retry", retry=True)
-        except (HTTPError, OSError) as exc:
-            log.warning("%s %s/%s: status write failed: %s", kind, namespace, name, exc)
-            return Outcome("retry", retry=True)
-    return outcome
+    return write_status(state, snap.key, body, patch) or outcome

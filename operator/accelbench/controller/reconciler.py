@@ -368,6 +368,29 @@ def next_pass(spec: Mapping[str, Any], status: Mapping[str, Any], now: datetime)
 APPLY_RETRIED = frozenset({Reason.NAME_CONFLICT.value, Reason.QUOTA_EXCEEDED.value})
 
 
+def write_status(
+    state: ControllerState, key: ResourceKey, body: Mapping[str, Any], patch: Mapping[str, Any]
+) -> Outcome | None:
+    """The pass's one status write, conditional on the resourceVersion it read; the Outcome when
+    it did not happen (409: computed from an old body, so computed again), None when it did."""
+    if not patch:
+        return None
+    kind, namespace, name = key
+    try:
+        state.kube.patch_status(body, patch, (body.get("metadata") or {}).get("resourceVersion"))
+    except ApiException as exc:
+        if exc.status == 409:
+            return Outcome("conflict-retry", requeue_after=0.5)
+        if exc.status == 404:
+            return Outcome("gone")
+        log.warning("%s %s/%s: status write failed: %s", kind, namespace, name, api_error_message(exc))
+        return Outcome("retry", retry=True)
+    except (HTTPError, OSError) as exc:
+        log.warning("%s %s/%s: status write failed: %s", kind, namespace, name, exc)
+        return Outcome("retry", retry=True)
+    return None
+
+
 def wants_apply(
     status: Mapping[str, Any], generation: int | None, jobs: Sequence[Mapping[str, Any]], now: datetime
 ) -> bool:
@@ -416,19 +439,9 @@ def reconcile(snap: Snapshot, state: ControllerState, now: datetime) -> Outcome:
         outcome = Outcome("error", retry=True)
     w.update(kstatus_conditions(w.status, generation, now))
 
-    if w.patch:
-        try:
-            state.kube.patch_status(body, w.patch, meta.get("resourceVersion"))
-        except ApiException as exc:
-            if exc.status == 409:
-                return Outcome("conflict-retry", requeue_after=0.5)  # computed from an old body
-            if exc.status == 404:
-                return Outcome("gone")
-            log.warning("%s %s/%s: status write failed: %s", kind, namespace, name, api_error_message(exc))
-            return Outcome("retry", retry=True)
-        except (HTTPError, OSError) as exc:
-            log.warning("%s %s/%s: status write failed: %s", kind, namespace, name, exc)
-            return Outcome("retry", retry=True)
+    failed = write_status(state, snap.key, body, w.patch)
+    if failed is not None:
+        return failed
     stamp = now_rfc3339(now)
     for type_, reason, message in w.events:
         try:
