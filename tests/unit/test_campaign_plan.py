@@ -93,6 +93,7 @@ def test_every_cell_done_is_finished_with_the_front_and_the_winners() -> None:
         "cells": 6,
         "succeeded": 6,
         "failed": 0,
+        "skipped": 0,
         "running": 0,
         "waiting": 0,
         "dollars": 2.1,
@@ -122,24 +123,184 @@ def test_a_git_edit_that_drops_a_value_keeps_the_finished_runs_and_never_makes_t
 def test_the_budget_holds_what_it_cannot_pay_for_and_the_campaign_says_it_is_stalled() -> None:
     study = campaign("gemma4-31b-study", budget={"maxUSD": 100})
     out = plan_campaign(study, [], CATALOG, NOW)
-    # Gaudi 3 has no public price in the catalog ($0 until the prices ConfigMap sets one): only it
-    # fits; every priced cell reserves its 12 h deadline, far past $100.
-    assert [m["spec"]["accelerator"]["type"] for m in out.create] == ["gaudi3"]
-    assert all("past maxUSD 100" in why for n, why in out.status["waiting"].items() if "-ta" not in n)
-    stalled = plan_campaign(study, [finished(out.create[0], phase="Running")], CATALOG, NOW)
-    assert stalled.status["phase"] == "Running"  # the Gaudi run goes on
-    done = plan_campaign(study, [finished(out.create[0])], CATALOG, NOW)
-    assert [m["metadata"]["name"] for m in done.create] == [out.create[0]["metadata"]["name"] + "-2"]
+    # Every priced training cell reserves its 12 h deadline, far past $100; Gaudi 3 has no price in
+    # the catalog, so a dollar budget cannot bound it: it waits and says why, never runs as "$0".
+    assert out.create == [] and out.status["phase"] == "Stalled"
+    waiting = out.status["waiting"]
+    gaudi = {n for n, why in waiting.items() if "no price for gaudi3" in why}
+    assert len(gaudi) == 3 and all(
+        "past maxUSD 100" in why for n, why in waiting.items() if "-t" in n and n not in gaudi
+    )
     roomy = plan_campaign(campaign("gemma4-31b-study"), [], CATALOG, NOW)
-    assert len(roomy.create) == 4  # maxConcurrent 4, one per accelerator
+    # maxConcurrent 4, one per accelerator: v5p and H100 training; serving waits for its model.
+    assert sorted(m["spec"]["accelerator"]["type"] for m in roomy.create) == ["h100", "tpu-v5p"]
     worst = 0.0
     for run in roomy.create:
-        # Trained by epochs: no projection but the run's own 12 h deadline, reserved whole and kept;
-        # a bench: its prior plus headroom. Together, run to their deadlines, within the budget.
+        # Trained by epochs: no projection but the run's own 12 h deadline, reserved whole and kept.
         deadline = run["spec"]["activeDeadlineSeconds"]
-        assert deadline <= 43200 or run["kind"] == "InferenceBench", run["metadata"]["name"]
+        assert deadline <= 43200, run["metadata"]["name"]
         worst += plan_for(parse_resource(run), CATALOG).dollars_per_hour * deadline / 3600
     assert worst <= 3000
+    # With a price for Gaudi 3 (custom pricing in the template), its cells are admitted like any.
+    priced = campaign("gemma4-31b-study")
+    assert priced.spec.finetune is not None
+    priced.spec.finetune.matrix.include = [
+        {
+            "accelerator": {"type": "gaudi3", "count": 1},
+            "pricing": {"source": "custom", "dollarsPerChipHour": 5.0},
+        }
+    ]
+    priced.spec.finetune.matrix.axes["accelerator"] = priced.spec.finetune.matrix.axes["accelerator"][:2]
+    kinds = sorted(m["spec"]["accelerator"]["type"] for m in plan_campaign(priced, [], CATALOG, NOW).create)
+    assert kinds == ["gaudi3", "h100", "tpu-v5p"]
+
+
+def run_of(
+    manifest: dict[str, Any],
+    phase: str = "Succeeded",
+    dollars: float = 1.0,
+    chips: int = 1,
+    price: float = 1.0,
+    **results: Any,
+) -> dict[str, Any]:
+    run = copy.deepcopy(manifest)
+    run["status"] = {
+        "phase": phase,
+        "accelerator": manifest["spec"]["accelerator"]["type"],
+        "cost": {
+            "dollars": dollars,
+            "chips": chips,
+            "hours": dollars / (chips * price),
+            "dollarsPerChipHour": price,
+        },
+        "results": results,
+    }
+    return run
+
+
+def by_accelerator(manifests: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
+    return {m["spec"]["accelerator"]["type"]: m for m in manifests if m["kind"] == kind}
+
+
+def test_a_serving_cell_serves_what_its_training_cell_wrote_and_tco_reproduces_the_study() -> None:
+    """Fine-tune on TPU v5p and 2xH100, serve the outputs on v6e-8 and 2xH100: the serving cells wait
+    for their training run, then serve its output; the TCO rows are the study's ($77.63 vs
+    $141.35 with one hour of serving: 1.82x)."""
+    study = campaign("gemma4-31b-study", repeats=1, budget={}, maxConcurrentPerAccelerator=None)
+    first = plan_campaign(study, [], CATALOG, NOW)
+    train = by_accelerator(first.create, "FinetuneJob")
+    assert set(train) == {"tpu-v5p", "h100", "gaudi3"} and not by_accelerator(first.create, "InferenceBench")
+    serving_rows = [r for r in first.status["cells"] if r["kind"] == "InferenceBench"]
+    assert all(r["phase"] == "Waiting" and r["modelFrom"] for r in serving_rows)
+    assert all("waiting for its model" in first.status["waiting"][r["name"]] for r in serving_rows)
+
+    runs = [
+        run_of(train["tpu-v5p"], dollars=56.11, chips=4, price=4.2, tokensPerSecond=764.0),
+        run_of(train["h100"], dollars=119.23, chips=2, price=11.06, tokensPerSecond=486.0),
+        run_of(train["gaudi3"], phase="Failed", dollars=3.0, chips=1, price=1.0),
+    ]
+    second = plan_campaign(study, runs, CATALOG, NOW)
+    serve = by_accelerator(second.create, "InferenceBench")
+    assert set(serve) == {"tpu-v6e", "h100"}
+    assert serve["tpu-v6e"]["spec"]["model"]["uri"] == train["tpu-v5p"]["spec"]["output"]["uri"]
+    assert serve["h100"]["spec"]["model"]["uri"] == train["h100"]["spec"]["output"]["uri"]
+    assert train["h100"]["spec"]["output"]["uri"].endswith("/" + train["h100"]["metadata"]["name"])
+
+    runs += [
+        run_of(serve["tpu-v6e"], dollars=2.0, chips=8, price=2.69, peakOutputTokensPerSecond=5000.0),
+        run_of(serve["h100"], dollars=2.0, chips=2, price=11.06, peakOutputTokensPerSecond=3000.0),
+    ]
+    done = plan_campaign(study, runs, CATALOG, NOW).status
+    assert done["phase"] == "Finished"
+    one_hour = {r["servingAccelerator"]: r for r in done["ownership"] if r["servingHours"] == 1}
+    assert (
+        round(one_hour["tpu-v6e"]["dollars"], 2) == 77.63 and round(one_hour["h100"]["dollars"], 2) == 141.35
+    )
+    assert round(one_hour["h100"]["ratio"], 2) == 1.82 and one_hour["tpu-v6e"]["ratio"] == 1.0
+    assert {r["servingHours"] for r in done["ownership"]} == {1, 24, 720}
+    assert done["winners"]["totalCostOfOwnership"].startswith(train["tpu-v5p"]["metadata"]["name"])
+
+
+def test_a_serving_cell_whose_model_failed_to_train_is_skipped_and_a_bad_selection_is_invalid() -> None:
+    study = campaign("gemma4-31b-study", repeats=1, budget={}, maxConcurrentPerAccelerator=None)
+    train = by_accelerator(plan_campaign(study, [], CATALOG, NOW).create, "FinetuneJob")
+    runs = [run_of(m, phase="Failed") for m in train.values()]
+    out = plan_campaign(study, runs, CATALOG, NOW)
+    skipped = [r for r in out.status["cells"] if r["phase"] == "Skipped"]
+    assert len(skipped) == 2 and all(r["reason"] == "ModelNotTrained" for r in skipped)
+    assert out.status["phase"] == "Finished" and out.status["totals"]["skipped"] == 2
+    assert "failed" in out.status["waiting"][skipped[0]["name"]]
+    assert study.spec.inference is not None
+    study.spec.inference.matrix.include[0]["fromFinetune"] = {"accelerator": {"type": "h200", "count": 1}}
+    bad = plan_campaign(study, [], CATALOG, NOW)
+    assert bad.status["phase"] == "Stalled" and "selects no training cell" in bad.status["message"]
+
+
+def test_repeats_are_summarized_as_median_and_spread_and_a_baseline_sets_ratios_and_regressions() -> None:
+    demo = campaign(
+        "cpu-demo",
+        repeats=3,
+        maxConcurrent=None,
+        inference=None,
+        baseline={"cell": {"method.rank": 4, "training.seqLength": 64}},
+    )
+    made = plan_campaign(demo, [], CATALOG, NOW).create
+    assert len(made) == 12
+    speeds = {}
+    runs = []
+    for m in made:
+        values = yaml.safe_load(m["metadata"]["annotations"]["accelbench.io/cell-values"])
+        slow = values["method.rank"] == 8 and values["training.seqLength"] == 128
+        base = 50.0 if slow else 100.0
+        speed = (
+            base + int(m["metadata"]["name"].rsplit("-", 1)[-1]) if m["metadata"]["name"][-2] == "-" else base
+        )
+        speeds.setdefault(m["metadata"]["labels"]["accelbench.io/cell"], []).append(speed)
+        runs.append(run_of(m, dollars=0.01, tokensPerSecond=speed))
+    status = plan_campaign(demo, runs, CATALOG, NOW).status
+    assert status["phase"] == "Finished" and len(status["summary"]) == 4
+    for s in status["summary"]:
+        assert s["succeeded"] == 3 and s["runs"] == 3
+        values = sorted(speeds[s["cell"]])
+        assert s["tokensPerSecond"]["median"] == values[1] and s["tokensPerSecond"]["n"] == 3
+        assert s["tokensPerSecond"]["cv"] > 0
+    slow = next(s for s in status["summary"] if '"method.rank": 8, "training.seqLength": 128' in s["values"])
+    assert slow["regressed"] == ["tokens_per_second"] and slow["speedRatio"] < 0.6
+    assert len(status["regressions"]) == 1 and slow["name"] in status["regressions"][0]
+    assert status["baseline"].startswith("cell cpu-demo-t")
+
+    # The controller turns that into the Regressed condition beside kstatus's three.
+    from accelbench.controller.campaign import campaign_conditions
+
+    conditions = {c["type"]: c for c in campaign_conditions(status, 1, NOW)}
+    assert (
+        conditions["Regressed"]["status"] == "True" and conditions["Regressed"]["reason"] == "BeyondThreshold"
+    )
+    assert conditions["Ready"]["status"] == "True"
+
+
+def test_an_earlier_campaign_is_a_baseline_cell_by_cell() -> None:
+    from accelbench.api.campaign import CellSummary
+    from accelbench.controller.campaign import baseline_summary
+
+    demo = campaign("cpu-demo", maxConcurrent=None, inference=None)
+    made = plan_campaign(demo, [], CATALOG, NOW).create
+    earlier_status = plan_campaign(
+        demo, [run_of(m, tokensPerSecond=100.0) for m in made], CATALOG, NOW
+    ).status
+    earlier = baseline_summary({"status": earlier_status})
+    assert earlier is not None and all(isinstance(s, CellSummary) for s in earlier)
+    assert baseline_summary({"status": {"summary": [{"cell": "broken"}]}}) == []  # never stops the pass
+
+    now = campaign(
+        "cpu-demo", maxConcurrent=None, inference=None, baseline={"campaign": "last-week", "threshold": 0.2}
+    )
+    runs = [run_of(m, tokensPerSecond=90.0 if i else 70.0) for i, m in enumerate(made)]
+    status = plan_campaign(now, runs, CATALOG, NOW, earlier).status
+    ratios = sorted(s["speedRatio"] for s in status["summary"])
+    assert ratios == [0.7, 0.9, 0.9, 0.9] and len(status["regressions"]) == 1
+    missing = plan_campaign(now, runs, CATALOG, NOW, None).status
+    assert "not found" in missing["baseline"] and missing["regressions"] == []
 
 
 def test_a_cell_that_cannot_be_made_stalls_the_campaign_naming_it() -> None:
@@ -237,7 +398,23 @@ def test_a_budgeted_cell_without_any_projection_waits_and_says_what_to_set() -> 
     out = plan_campaign(study, [], CATALOG, NOW)
     assert out.create == [] and out.status["phase"] == "Stalled"
     assert all(
-        "set training.maxSteps or activeDeadlineSeconds" in why for why in out.status["waiting"].values()
+        "set training.maxSteps or activeDeadlineSeconds" in why or "no price for gaudi3" in why
+        for why in out.status["waiting"].values()
     )
     study.spec.budget.max_usd = None
     assert len(plan_campaign(study, [], CATALOG, NOW).create) == 3
+
+
+def test_the_campaign_label_reaches_every_child_and_pod_template_of_its_runs() -> None:
+    from accelbench.render import render
+
+    for manifest in plan_campaign(campaign("cpu-demo", maxConcurrent=None), [], CATALOG, NOW).create:
+        resource = parse_resource(manifest)
+        objects = render(resource, plan_for(resource, CATALOG), CATALOG).objects
+        for obj in objects:
+            labels = obj["metadata"]["labels"]
+            assert labels["accelbench.io/campaign"] == "cpu-demo", obj["kind"]
+            assert labels["accelbench.io/cell"] == manifest["metadata"]["labels"]["accelbench.io/cell"]
+            template = (obj.get("spec") or {}).get("template")
+            if obj["kind"] == "Job":
+                assert template["metadata"]["labels"]["accelbench.io/campaign"] == "cpu-demo"

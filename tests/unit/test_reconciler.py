@@ -208,6 +208,7 @@ def test_a_stale_pass_is_refused_and_computed_again(state: ControllerState) -> N
 def test_observing_patches_status_and_exports_metrics(state: ControllerState) -> None:
     case = recorded("finetune_complete")
     body = body_with(dict(PRICED))
+    body["metadata"].setdefault("labels", {})["accelbench.io/campaign"] = "study-1"  # a campaign's run
     run(state, body, [case["job"]], case["pods"])
     assert written(state)["phase"] == "Succeeded"
     registry = state.metrics.registry
@@ -216,6 +217,7 @@ def test_observing_patches_status_and_exports_metrics(state: ControllerState) ->
         "name": "gemma-lora",
         "kind": "FinetuneJob",
         "accelerator": "tpu-v5p 2x2x2",
+        "campaign": "study-1",
     }
     assert registry.get_sample_value("accelbench_tokens_per_second", labels) == 5120.0
     assert registry.get_sample_value("accelbench_mfu", labels) == 0.412

@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from .base import API_VERSION, ApiModel, cel
+from .common import StorageUri, storage_uri_field
 from .finetune import FinetuneJobSpec
 from .inference import InferenceBenchSpec
 from .resources import MAX_NAME_LENGTH, ObjectMeta
@@ -52,9 +53,23 @@ class FinetuneArm(ApiModel):
     matrix: Matrix = Field(default_factory=Matrix)
 
 
+# The one matrix path that is not a spec path: the training cell whose output a serving cell serves.
+FROM_FINETUNE = "fromFinetune"
+
+
 class InferenceArm(ApiModel):
     template: InferenceBenchSpec
     matrix: Matrix = Field(default_factory=Matrix)
+    from_finetune: dict[str, Any] | None = Field(
+        default=None,
+        json_schema_extra={"type": "object", **_ANY_VALUE},
+        description=(
+            "Serve what the campaign trained: matrix values that select one training cell (e.g. "
+            "{accelerator: {type: h100, count: 2}}); its first repeat's output becomes model.uri, and "
+            "the serving cell waits until that run succeeded. A matrix axis or include entry "
+            f"`{FROM_FINETUNE}` sets it per cell."
+        ),
+    )
 
 
 class Budget(ApiModel):
@@ -62,6 +77,34 @@ class Budget(ApiModel):
         default=None, alias="maxUSD", gt=0, le=MAX_CAMPAIGN_USD, description="Never spent past."
     )
     max_chip_hours: float | None = Field(default=None, gt=0, le=MAX_CAMPAIGN_USD)
+
+
+class Baseline(ApiModel):
+    """What the cells are compared with: a cell of this campaign (matrix values selecting one cell of
+    each kind) or the same cells of an earlier campaign in the namespace (matched by cell key)."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                cel("has(self.cell) != has(self.campaign)", "a baseline is a cell or a campaign, one of them")
+            ]
+        }
+    }
+
+    cell: dict[str, Any] | None = Field(default=None, json_schema_extra={"type": "object", **_ANY_VALUE})
+    campaign: str | None = Field(default=None, max_length=MAX_CAMPAIGN_NAME_LENGTH)
+    threshold: float = Field(
+        default=0.05,
+        gt=0,
+        le=10,
+        description="A cell worse than its baseline by more than this fraction regressed.",
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Baseline:
+        if (self.cell is None) == (self.campaign is None):
+            raise ValueError("baseline: set cell or campaign, one of them")
+        return self
 
 
 class BenchCampaignSpec(ApiModel):
@@ -81,11 +124,28 @@ class BenchCampaignSpec(ApiModel):
     budget: Budget = Field(default_factory=Budget)
     max_concurrent: int | None = Field(default=None, ge=1, le=1000, description="Cells running at once.")
     max_concurrent_per_accelerator: int | None = Field(default=None, ge=1, le=1000)
+    baseline: Baseline | None = None
+    artifact_uri: StorageUri | None = storage_uri_field(
+        "Where the finished campaign's results JSON goes (<uri>/<campaign>.json): gs://, s3:// or a path "
+        "the operator can write. `accelbench compare` merges such files from several clusters.",
+        default=None,
+    )
+    serving_hours: list[float] = Field(
+        default_factory=lambda: [1.0],
+        min_length=1,
+        max_length=8,
+        json_schema_extra={"items": {"type": "number", "exclusiveMinimum": 0}},
+        description="Total cost of ownership rows: training + this many hours of serving what it trained.",
+    )
 
     @model_validator(mode="after")
     def _some_arm(self) -> BenchCampaignSpec:
         if self.finetune is None and self.inference is None:
             raise ValueError("a campaign needs finetune or inference")
+        if self.artifact_uri is not None and self.artifact_uri.startswith("pvc://"):
+            raise ValueError(
+                "artifactUri: the operator writes it itself, so gs://, s3:// or a path, not pvc://"
+            )
         return self
 
 
@@ -109,13 +169,69 @@ class CellRow(ApiModel):
     dollars_per_million_tokens: float | None = Field(default=None, ge=0)
     cost_dollars: float | None = Field(default=None, ge=0)
     chip_hours: float | None = Field(default=None, ge=0)
+    dollars_per_hour: float | None = Field(default=None, ge=0, description="chips x $/chip-hour.")
+    ttft_p99_ms: float | None = Field(default=None, ge=0, description="At the SLO capacity.")
+    tpot_p99_ms: float | None = Field(default=None, ge=0, description="At the SLO capacity.")
+    model_from: str | None = Field(default=None, description="The training run whose output it serves.")
     in_matrix: bool = Field(default=True, description="False: a Git edit removed the cell; its run is kept.")
+
+
+class Spread(ApiModel):
+    """A cell's repeats: the median, and the coefficient of variation (sample stdev / mean) from two."""
+
+    median: float
+    cv: float | None = Field(default=None, ge=0)
+    n: int = Field(ge=1)
+
+
+class CellSummary(ApiModel):
+    """One cell over its succeeded repeats; ratios are to the baseline (>1: faster, or costlier)."""
+
+    cell: str
+    name: str = Field(description="The first repeat's run.")
+    kind: str
+    values: str
+    accelerator: str | None = None
+    runs: int = Field(ge=0)
+    succeeded: int = Field(ge=0)
+    tokens_per_second: Spread | None = None
+    tokens_per_second_per_chip: Spread | None = None
+    mfu: Spread | None = None
+    final_loss: Spread | None = None
+    peak_output_tokens_per_second: Spread | None = None
+    capacity_concurrency: Spread | None = None
+    ttft_p99_ms: Spread | None = None
+    tpot_p99_ms: Spread | None = None
+    dollars_per_million_tokens: Spread | None = None
+    cost_dollars: Spread | None = None
+    dollars_per_hour: float | None = Field(default=None, ge=0)
+    model_from: str | None = None
+    speed_ratio: float | None = Field(default=None, ge=0, description="Throughput / the baseline's.")
+    cost_ratio: float | None = Field(
+        default=None, ge=0, description="Cost (or $/1M tokens) / the baseline's."
+    )
+    regressed: list[str] = Field(default_factory=list, description="Metrics worse than the baseline allows.")
+
+
+class Ownership(ApiModel):
+    """Total cost of ownership: one training run's cost plus serving its output for some hours."""
+
+    training: str
+    serving: str
+    training_accelerator: str | None = None
+    serving_accelerator: str | None = None
+    training_dollars: float = Field(ge=0)
+    serving_dollars_per_hour: float = Field(ge=0)
+    serving_hours: float = Field(gt=0)
+    dollars: float = Field(ge=0)
+    ratio: float | None = Field(default=None, ge=0, description="To the cheapest at the same hours.")
 
 
 class Totals(ApiModel):
     cells: int = Field(default=0, ge=0)
     succeeded: int = Field(default=0, ge=0)
     failed: int = Field(default=0, ge=0)
+    skipped: int = Field(default=0, ge=0, description="Serving cells whose model's training failed.")
     running: int = Field(default=0, ge=0)
     waiting: int = Field(default=0, ge=0)
     dollars: float = Field(default=0.0, ge=0)
@@ -137,6 +253,11 @@ class BenchCampaignStatus(ApiModel):
         default_factory=list, description="Fine-tuning cells no other beats on both cost and tokens/s."
     )
     winners: dict[str, str] = Field(default_factory=dict, description="Metric -> the cell best at it.")
+    summary: list[CellSummary] = Field(default_factory=list, max_length=MAX_CELLS)
+    ownership: list[Ownership] = Field(default_factory=list, max_length=MAX_CELLS)
+    baseline: str | None = Field(default=None, description="What the ratios compare with.")
+    regressions: list[str] = Field(default_factory=list, max_length=MAX_CELLS)
+    artifact: str | None = Field(default=None, description="Where the results JSON was written.")
 
 
 class BenchCampaign(ApiModel):

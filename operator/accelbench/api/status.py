@@ -32,6 +32,7 @@ class ConditionType(StrEnum):
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     RESULT_VALID = "ResultValid"
+    REGRESSED = "Regressed"  # BenchCampaign with a baseline: a cell worse than it by more than the threshold
 
 
 class Reason(StrEnum):
@@ -53,6 +54,7 @@ class Reason(StrEnum):
     RUNNING = "Running"
     COMPLETED = "Completed"
     RESULT_VALID = "ResultValid"
+    REGRESSED = "Regressed"  # BenchCampaign with a baseline: a cell worse than it by more than the threshold
     RESULT_INVALID = "ResultInvalid"
     RESULT_MISSING = "ResultMissing"
     JOB_DELETED = "JobDeleted"  # the child Job vanished before its completion was observed

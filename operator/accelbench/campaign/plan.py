@@ -15,17 +15,20 @@ from datetime import datetime
 from typing import Any
 
 from ..api import API_VERSION, FinetuneJob, InferenceBench, Phase, parse_resource
-from ..api.campaign import BenchCampaign, CellRow, Matrix, Totals
+from ..api.campaign import FROM_FINETUNE, Baseline, BenchCampaign, CellRow, CellSummary, Matrix, Totals
 from ..api.contract import ANNOTATION_CELL_VALUES, LABEL_CAMPAIGN, LABEL_CELL
 from ..api.errors import describe
 from ..catalog.types import Catalog
 from ..plan import plan_for
+from ..plan.pricing import is_unpriced
 from .budget import Candidate, Limits, Started, admit
 from .matrix import Cell, MatrixError, apply_assignment, cells_of
 from .projection import project, unprojectable
-from .summary import pareto_front, winner
+from .results import Conclusions, conclude, selects
 
 TERMINAL = (Phase.SUCCEEDED.value, Phase.FAILED.value)
+WAITING_FOR_MODEL = "waiting for its model"
+SKIPPED = "Skipped"  # a serving cell whose model's training failed: it never runs
 
 
 @dataclass
@@ -33,6 +36,7 @@ class CampaignPass:
     create: list[dict[str, Any]] = field(default_factory=list)
     status: dict[str, Any] = field(default_factory=dict)
     invalid: dict[str, str] = field(default_factory=dict)  # cell run name -> why it cannot be made
+    skipped: dict[str, str] = field(default_factory=dict)  # cell run name -> why it never runs
 
 
 def arms(campaign: BenchCampaign) -> list[tuple[str, dict[str, Any], Matrix]]:
@@ -48,11 +52,16 @@ def arms(campaign: BenchCampaign) -> list[tuple[str, dict[str, Any], Matrix]]:
     return arms
 
 
-def child_manifest(campaign: BenchCampaign, cell: Cell, template: Mapping[str, Any]) -> dict[str, Any]:
+def child_manifest(
+    campaign: BenchCampaign, cell: Cell, template: Mapping[str, Any], model_uri: str | None = None
+) -> dict[str, Any]:
     """The run of one cell: the template with the cell's values, owned by the campaign; an output
-    location gets the run's name appended, so cells never write over each other."""
+    location gets the run's name appended, so cells never write over each other. `model_uri`: a
+    serving cell serves what a training cell wrote there."""
     name = cell.child_name(campaign.metadata.name)
-    spec = apply_assignment(template, cell.values())
+    spec = apply_assignment(template, {k: v for k, v in cell.values().items() if k != FROM_FINETUNE})
+    if model_uri is not None:
+        spec["model"] = {**(spec.get("model") or {}), "uri": model_uri}
     if isinstance(spec.get("output"), dict) and spec["output"].get("uri"):
         spec["output"] = {**spec["output"], "uri": f"{str(spec['output']['uri']).rstrip('/')}/{name}"}
     metadata: dict[str, Any] = {
@@ -81,13 +90,32 @@ def _f(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def row_of(cell: Cell | None, run: Mapping[str, Any], in_matrix: bool) -> CellRow:
+def _at_capacity(results: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The sweep point the SLO capacity was found at (empty when there is none)."""
+    concurrency, length = results.get("capacityConcurrency"), results.get("capacityInputLength")
+    if concurrency is None:
+        return {}
+    return next(
+        (
+            c
+            for c in results.get("cells") or []
+            if c.get("concurrency") == concurrency and (length is None or c.get("inputLength") == length)
+        ),
+        {},
+    )
+
+
+def row_of(
+    cell: Cell | None, run: Mapping[str, Any], in_matrix: bool, model_from: str | None = None
+) -> CellRow:
     meta = run.get("metadata") or {}
     status = run.get("status") or {}
     results = status.get("results") or {}
     cost = status.get("cost") or {}
     ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
     chips, hours = _f(cost.get("chips")), _f(cost.get("hours"))
+    price = _f(cost.get("dollarsPerChipHour"))
+    capacity = _at_capacity(results)
     return CellRow(
         name=str(meta.get("name")),
         kind=str(run.get("kind")),
@@ -109,13 +137,79 @@ def row_of(cell: Cell | None, run: Mapping[str, Any], in_matrix: bool) -> CellRo
         or _f(results.get("dollarsPerMillionTokensAtPeak")),
         cost_dollars=_f(cost.get("dollars")),
         chip_hours=chips * hours if chips is not None and hours is not None else None,
+        dollars_per_hour=chips * price if chips is not None and price is not None else None,
+        ttft_p99_ms=_f(capacity.get("ttftP99Ms")),
+        tpot_p99_ms=_f(capacity.get("tpotP99Ms")),
+        model_from=model_from,
         in_matrix=in_matrix,
     )
 
 
+@dataclass(frozen=True)
+class ModelSource:
+    """Where a serving cell's model comes from: a training run of this campaign, once it succeeded."""
+
+    run: str  # the training run (the selected cell's first repeat)
+    uri: str | None = None  # its output, once it succeeded
+    wait: str | None = None  # why the serving cell waits
+    skip: str | None = None  # why it never will run (the training failed)
+
+
+def model_source(
+    selection: Mapping[str, Any],
+    campaign: BenchCampaign,
+    trained: Sequence[tuple[Cell, dict[str, Any]]],
+    existing: Mapping[str, Mapping[str, Any]],
+) -> ModelSource:
+    """The training cell `selection` picks (it must pick exactly one) and the state of its first run.
+    Raises MatrixError when it picks none or several, or the training writes no output."""
+    chosen = [(c, t) for c, t in trained if c.repeat == 0 and selects(_values_json(c), selection)]
+    if len(chosen) != 1:
+        found = "no training cell" if not chosen else f"{len(chosen)} training cells"
+        raise MatrixError(
+            f"{FROM_FINETUNE} {json.dumps(selection, sort_keys=True)} selects {found}: it must select one"
+        )
+    cell, template = chosen[0]
+    if not (template.get("output") or {}).get("uri"):
+        raise MatrixError(f"{FROM_FINETUNE}: the finetune template has no output.uri to serve from")
+    name = cell.child_name(campaign.metadata.name)
+    run = existing.get(name)
+    phase = ((run or {}).get("status") or {}).get("phase")
+    if run is None or phase not in TERMINAL:
+        return ModelSource(name, wait=f"{WAITING_FOR_MODEL}: training run {name} has not finished")
+    if phase != Phase.SUCCEEDED.value:
+        return ModelSource(name, skip=f"its model's training run {name} {str(phase).lower()}")
+    uri = ((run.get("spec") or {}).get("output") or {}).get("uri")
+    if not uri:
+        raise MatrixError(f"{FROM_FINETUNE}: training run {name} has no output.uri")
+    return ModelSource(name, uri=str(uri))
+
+
+def _values_json(cell: Cell) -> str:
+    return json.dumps(cell.values(), sort_keys=True)
+
+
+def _selection(campaign: BenchCampaign, cell: Cell) -> dict[str, Any] | None:
+    if cell.kind != InferenceBench.KIND:
+        return None
+    values = cell.values()
+    if FROM_FINETUNE in values:
+        chosen = values[FROM_FINETUNE]
+        if not isinstance(chosen, dict):
+            raise MatrixError(f"{FROM_FINETUNE} must be matrix values (an object), not {chosen!r}")
+        return chosen
+    arm = campaign.spec.inference
+    return arm.from_finetune if arm is not None else None
+
+
 def plan_campaign(
-    campaign: BenchCampaign, runs: Sequence[Mapping[str, Any]], catalog: Catalog, now: datetime
+    campaign: BenchCampaign,
+    runs: Sequence[Mapping[str, Any]],
+    catalog: Catalog,
+    now: datetime,
+    baseline: Sequence[CellSummary] | None = None,
 ) -> CampaignPass:
+    """`baseline`: the summary of the earlier campaign spec.baseline.campaign names, when it has one."""
     out = CampaignPass()
     existing = {str((r.get("metadata") or {}).get("name")): r for r in runs}
     cells: list[tuple[Cell, dict[str, Any]]] = []
@@ -125,6 +219,7 @@ def plan_campaign(
                 cells.append((cell, template))
         except MatrixError as exc:
             out.invalid[f"{kind} matrix"] = str(exc)
+    trained = [(c, t) for c, t in cells if c.kind == FinetuneJob.KIND]
 
     # What finished cells took: the projection for their siblings on the same accelerator.
     measured: dict[tuple[str, str], float] = {}
@@ -138,41 +233,64 @@ def plan_campaign(
             accelerator = str((run.get("spec") or {}).get("accelerator", {}).get("type") or accel)
             measured.setdefault((str(run["kind"]), accelerator), hours)
 
+    budget = campaign.spec.budget
+    budgeted = budget.max_usd is not None or budget.max_chip_hours is not None
     candidates: list[Candidate] = []
-    unprojected: dict[str, str] = {}  # cells a budget cannot admit: no projection
+    unadmitted: dict[str, str] = {}  # cells that wait for something other than a cap: why
     manifests: dict[str, dict[str, Any]] = {}
     rows: list[CellRow] = []
     for cell, template in cells:
         name = cell.child_name(campaign.metadata.name)
+        try:
+            selection = _selection(campaign, cell)
+            source = model_source(selection, campaign, trained, existing) if selection is not None else None
+        except MatrixError as exc:
+            out.invalid[name] = str(exc)
+            rows.append(_row(cell, name, "Invalid", "InvalidCell"))
+            continue
+        model_from = source.run if source else None
         run = existing.get(name)
         if run is not None:
-            rows.append(row_of(cell, run, True))
+            rows.append(row_of(cell, run, True, model_from))
+            continue
+        if source is not None and source.skip:
+            rows.append(_row(cell, name, SKIPPED, "ModelNotTrained", model_from))
+            out.skipped[name] = source.skip
+            continue
+        if source is not None and source.wait:
+            rows.append(_row(cell, name, "Waiting", None, model_from))
+            unadmitted[name] = source.wait
             continue
         try:
-            manifest = child_manifest(campaign, cell, template)
+            manifest = child_manifest(campaign, cell, template, source.uri if source else None)
             resource = parse_resource(manifest)
             plan = plan_for(resource, catalog)
         except (ValueError, KeyError, MatrixError) as exc:
             out.invalid[name] = describe(exc)
-            rows.append(_row(cell, name, "Invalid", "InvalidCell"))
+            rows.append(_row(cell, name, "Invalid", "InvalidCell", model_from))
+            continue
+        rows.append(_row(cell, name, "Waiting", None, model_from))
+        if budget.max_usd is not None and is_unpriced(
+            catalog.get(plan.accelerator), plan.dollars_per_chip_hour
+        ):
+            unadmitted[name] = (
+                f"no price for {plan.accelerator}: maxUSD cannot admit it (set one in the prices ConfigMap "
+                "or pricing.source custom; a maxChipHours-only budget can)"
+            )
             continue
         projection = project(resource, plan, measured)
-        budgeted = campaign.spec.budget.max_usd is not None or campaign.spec.budget.max_chip_hours is not None
         if projection is None and budgeted:
-            unprojected[name] = unprojectable(resource)
-            rows.append(_row(cell, name, "Waiting"))
+            unadmitted[name] = unprojectable(resource)
             continue
         hours, headroom = (projection.hours, projection.headroom) if projection else (0.0, 0.0)
         candidates.append(
             Candidate(name, plan.accelerator, plan.chips, plan.dollars_per_hour, hours, headroom)
         )
         manifests[name] = manifest
-        rows.append(_row(cell, name, "Waiting"))
     in_matrix = {row.name for row in rows}
     rows += [row_of(None, run, False) for name, run in sorted(existing.items()) if name not in in_matrix]
 
     started = [_started(run) for run in runs]
-    budget = campaign.spec.budget
     limits = Limits(
         max_usd=budget.max_usd,
         max_chip_hours=budget.max_chip_hours,
@@ -190,21 +308,25 @@ def plan_campaign(
     for row in rows:
         if row.name in admitted:
             row.phase = "Creating"
-    out.status = campaign_status(campaign, rows, {**admission.held, **unprojected}, out.invalid)
+    out.status = campaign_status(
+        campaign, rows, {**admission.held, **unadmitted}, out.invalid, out.skipped, baseline
+    )
     return out
 
 
-def _row(cell: Cell, name: str, phase: str, reason: str | None = None) -> CellRow:
-    """A cell without a run (yet): waiting for admission, or one that cannot be made."""
-    values = json.dumps(cell.values(), sort_keys=True)
+def _row(
+    cell: Cell, name: str, phase: str, reason: str | None = None, model_from: str | None = None
+) -> CellRow:
+    """A cell without a run (yet): waiting for admission or its model, skipped, or one that cannot be made."""
     return CellRow(
         name=name,
         kind=cell.kind,
         cell=cell.key,
-        values=values,
+        values=_values_json(cell),
         repeat=cell.repeat,
         phase=phase,
         reason=reason,
+        model_from=model_from,
     )
 
 
@@ -231,63 +353,80 @@ def _started(run: Mapping[str, Any]) -> Started:
 
 
 def campaign_status(
-    campaign: BenchCampaign, rows: list[CellRow], held: Mapping[str, str], invalid: Mapping[str, str]
+    campaign: BenchCampaign,
+    rows: list[CellRow],
+    held: Mapping[str, str],
+    invalid: Mapping[str, str],
+    skipped: Mapping[str, str] | None = None,
+    baseline: Sequence[CellSummary] | None = None,
 ) -> dict[str, Any]:
-    """Rows, totals, the front and the winners, the phase and the kstatus conditions' inputs."""
+    """Rows, totals, the per-cell summary and what it concludes, the phase and the kstatus
+    conditions' inputs."""
     counted = [r for r in rows if r.phase != "Invalid"]
     totals = Totals(
         cells=len(rows),
         succeeded=sum(r.phase == Phase.SUCCEEDED.value for r in counted),
         failed=sum(r.phase == Phase.FAILED.value for r in counted),
-        running=sum(r.phase not in (*TERMINAL, "Waiting", "Creating") for r in counted),
+        skipped=sum(r.phase == SKIPPED for r in counted),
+        running=sum(r.phase not in (*TERMINAL, SKIPPED, "Waiting", "Creating") for r in counted),
         waiting=sum(r.phase in ("Waiting", "Creating") for r in counted),
         dollars=round(sum(r.cost_dollars or 0.0 for r in rows), 4),
         chip_hours=round(sum(r.chip_hours or 0.0 for r in rows), 4),
     )
-    trained = {r.name: r for r in rows if r.kind == FinetuneJob.KIND and r.phase == Phase.SUCCEEDED.value}
-    points = {
-        name: (r.cost_dollars, r.tokens_per_second)
-        for name, r in trained.items()
-        if r.cost_dollars is not None and r.tokens_per_second is not None
-    }
-    served = {r.name: r for r in rows if r.kind == InferenceBench.KIND and r.phase == Phase.SUCCEEDED.value}
-    winners = {
-        "tokensPerSecondPerChip": winner({n: r.tokens_per_second_per_chip for n, r in trained.items()}, True),
-        "trainingCost": winner({n: r.cost_dollars for n, r in trained.items()}, False),
-        "peakOutputTokensPerSecond": winner(
-            {n: r.peak_output_tokens_per_second for n, r in served.items()}, True
-        ),
-        "dollarsPerMillionTokens": winner(
-            {n: r.dollars_per_million_tokens for n, r in served.items()}, False
-        ),
-    }
+    spec_baseline = campaign.spec.baseline
+    concluded = conclude(
+        rows,
+        campaign.spec.serving_hours,
+        baseline_cell=spec_baseline.cell if spec_baseline else None,
+        baseline_campaign=baseline if spec_baseline and spec_baseline.campaign else None,
+        threshold=spec_baseline.threshold if spec_baseline else 0.05,
+    )
     pending = totals.running + totals.waiting
     budget_held = {
         n: why for n, why in held.items() if "maxUSD" in why or "maxChipHours" in why or "projection" in why
     }
+    # With nothing running or starting, a cell waiting for its model waits for a training cell the
+    # budget holds: it cannot go on either.
+    creating = sum(r.phase == "Creating" for r in rows)
+    blocked = {**budget_held, **{n: why for n, why in held.items() if why.startswith(WAITING_FOR_MODEL)}}
     if invalid:
         phase, message = "Stalled", "; ".join(f"{n}: {why}" for n, why in sorted(invalid.items()))[:1024]
-    elif totals.waiting and totals.running == 0 and len(budget_held) == totals.waiting:
+    elif budget_held and totals.running == 0 and creating == 0 and len(blocked) == totals.waiting:
         phase, message = (
             "Stalled",
             f"budget reached: {len(budget_held)} cell(s) cannot start; " + next(iter(budget_held.values())),
         )
     elif pending:
         phase = "Running"
-        done = totals.succeeded + totals.failed
+        done = totals.succeeded + totals.failed + totals.skipped
         message = f"{done} of {len(counted)} cells done, {totals.running} running, {totals.waiting} waiting"
     else:
         phase, message = (
             "Finished",
-            f"{len(counted)} cells: {totals.succeeded} succeeded, {totals.failed} failed",
+            f"{len(counted)} cells: {totals.succeeded} succeeded, {totals.failed} failed"
+            + (f", {totals.skipped} skipped" if totals.skipped else ""),
         )
-    return {
+    status: dict[str, Any] = {
         "phase": phase,
         "message": message,
         "observedGeneration": campaign.metadata.generation,
         "cells": [r.to_wire() for r in rows],
-        "waiting": dict(sorted(held.items())),
+        "waiting": dict(sorted({**held, **(skipped or {})}.items())),
         "totals": totals.to_wire(),
-        "paretoFront": pareto_front(points),
-        "winners": {metric: name for metric, name in winners.items() if name},
+        "summary": [s.to_wire() for s in concluded.summary],
+        "ownership": [o.to_wire() for o in concluded.ownership],
+        "paretoFront": concluded.pareto_front,
+        "winners": concluded.winners,
+        "regressions": concluded.regressions,
     }
+    if spec_baseline is not None:
+        status["baseline"] = _describe_baseline(spec_baseline, concluded, baseline)
+    return status
+
+
+def _describe_baseline(spec: Baseline, concluded: Conclusions, earlier: Sequence[CellSummary] | None) -> str:
+    if spec.campaign:
+        found = "" if earlier else " (not found or without results yet)"
+        return f"campaign {spec.campaign}{found}, threshold {spec.threshold:g}"
+    chosen = [s.name for s in concluded.summary if selects(s.values, spec.cell or {})]
+    return f"cell {', '.join(chosen) or 'selecting none'}, threshold {spec.threshold:g}"

@@ -16,7 +16,7 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 from urllib3.exceptions import HTTPError
 
-from ..api.campaign import BenchCampaign
+from ..api.campaign import BenchCampaign, CellSummary
 from ..api.errors import describe
 from ..api.status import ConditionType
 from ..campaign.plan import plan_campaign
@@ -46,8 +46,33 @@ def campaign_conditions(
         make_condition(ConditionType.RECONCILING.value, phase == "Running", reason, message, generation),
         make_condition(ConditionType.STALLED.value, phase == "Stalled", reason, message, generation),
     ]
+    regressions = status.get("regressions") or []
+    if status.get("baseline"):
+        desired.append(
+            make_condition(
+                ConditionType.REGRESSED.value,
+                bool(regressions),
+                "BeyondThreshold" if regressions else "WithinThreshold",
+                "; ".join(regressions)[:1024] or f"no cell worse than its baseline ({status['baseline']})",
+                generation,
+            )
+        )
     merged = merge_conditions(parse_conditions(status.get("conditions")), desired, now=now_rfc3339(now))
     return conditions_to_wire(merged)
+
+
+def baseline_summary(body: Mapping[str, Any] | None) -> list[CellSummary] | None:
+    """The per-cell summary an earlier campaign's status holds; entries that do not parse are left out
+    (a hand-edited or older status must not stop this campaign)."""
+    if body is None:
+        return None
+    out = []
+    for entry in (body.get("status") or {}).get("summary") or []:
+        try:
+            out.append(CellSummary.model_validate(entry))
+        except ValidationError:
+            continue
+    return out
 
 
 def _ours(state: ControllerState, manifest: Mapping[str, Any], uid: str | None) -> bool:
@@ -79,7 +104,7 @@ def reconcile_campaign(snap: Snapshot, state: ControllerState, now: datetime) ->
             "observedGeneration": generation,
         }
     else:
-        planned = plan_campaign(campaign, snap.runs, state.catalog(), now)
+        planned = plan_campaign(campaign, snap.runs, state.catalog(), now, baseline_summary(snap.baseline))
         desired = planned.status
         for manifest in planned.create:
             run = f"{manifest['kind']}/{manifest['metadata']['name']}"

@@ -84,7 +84,9 @@ class Controller:
         uid = (body.get("metadata") or {}).get("uid")
         if kind == BenchCampaign.KIND:
             runs = [run for index in self.indexes.runs for run in index.get(uid, ())]
-            return Snapshot(key, body, runs=runs)
+            earlier = ((body.get("spec") or {}).get("baseline") or {}).get("campaign")
+            baseline = _first(self.indexes.resources[kind].get((namespace, earlier))) if earlier else None
+            return Snapshot(key, body, runs=runs, baseline=baseline)
         jobs = list(self.indexes.jobs.get(uid, ()))
         pods = [
             pod for job in jobs for pod in self.indexes.pods.get((job.get("metadata") or {}).get("uid"), ())

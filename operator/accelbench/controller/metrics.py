@@ -13,7 +13,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-RESULT_LABELS = ("namespace", "name", "kind", "accelerator")
+# `campaign`: the run's BenchCampaign (empty for a run of its own), so a campaign's series select as one.
+RESULT_LABELS = ("namespace", "name", "kind", "accelerator", "campaign")
 ResourceKey = tuple[str, str, str]  # namespace, name, kind
 
 
@@ -69,14 +70,18 @@ class Metrics:
             count = sum(1 for (_, _, k), p in self._phases.items() if k == kind and p == phase)
             self.resources.labels(kind=kind, phase=phase).set(count)
 
-    def set_results(self, namespace: str, name: str, kind: str, status: Mapping[str, Any]) -> None:
+    def set_results(
+        self, namespace: str, name: str, kind: str, status: Mapping[str, Any], campaign: str = ""
+    ) -> None:
         """Export a resource's status; series of an earlier accelerator label are removed first."""
         with self._lock:
-            self._set_results(namespace, name, kind, status)
+            self._set_results(namespace, name, kind, status, campaign)
 
-    def _set_results(self, namespace: str, name: str, kind: str, status: Mapping[str, Any]) -> None:
+    def _set_results(
+        self, namespace: str, name: str, kind: str, status: Mapping[str, Any], campaign: str
+    ) -> None:
         key = (namespace, name, kind)
-        labels = (namespace, name, kind, str(status.get("accelerator") or ""))
+        labels = (namespace, name, kind, str(status.get("accelerator") or ""), campaign)
         values = result_values(kind, status)
         old = self._result_labels.get(key)
         if old is not None and old != labels:

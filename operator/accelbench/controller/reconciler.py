@@ -28,7 +28,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from ..api import parse_resource
-from ..api.contract import ENV_OPERATOR_OBSERVE_INTERVAL, REPORT_CONFIGMAP_KEY
+from ..api.contract import ENV_OPERATOR_OBSERVE_INTERVAL, LABEL_CAMPAIGN, REPORT_CONFIGMAP_KEY
 from ..api.status import ConditionType, Phase, Reason
 from ..cost import parse_time
 from .cache import ResourceKey, controller_of, is_controlled_by
@@ -83,6 +83,7 @@ class Snapshot:
     pods: Sequence[Mapping[str, Any]] = ()  # Pods whose controller is one of those Jobs
     progress: Mapping[str, Any] | None = None  # the latest progress read of its rank 0
     runs: Sequence[Mapping[str, Any]] = ()  # a BenchCampaign's: the runs whose controller it is
+    baseline: Mapping[str, Any] | None = None  # a BenchCampaign's: the earlier campaign it compares with
 
 
 @dataclass(frozen=True)
@@ -449,5 +450,6 @@ def reconcile(snap: Snapshot, state: ControllerState, now: datetime) -> Outcome:
         except (ApiException, HTTPError, OSError) as exc:  # an Event is a courtesy, never a failure
             log.warning("%s %s/%s: posting event %s failed: %s", kind, namespace, name, reason, exc)
     state.metrics.set_phase(namespace, name, kind, w.status.get("phase"))
-    state.metrics.set_results(namespace, name, kind, w.status)
+    campaign = str(((body.get("metadata") or {}).get("labels") or {}).get(LABEL_CAMPAIGN, ""))
+    state.metrics.set_results(namespace, name, kind, w.status, campaign)
     return outcome

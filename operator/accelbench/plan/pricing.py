@@ -29,6 +29,12 @@ def price_for(pricing: Pricing, capacity: Capacity, accel: AcceleratorSpec) -> t
         notes.append(
             "reservation capacity is priced at the on-demand list price; use custom pricing for your rate"
         )
-    if price.on_demand == 0 and accel.resource_name is not None:
+    if is_unpriced(accel, price.on_demand):
         notes.append(f"the catalog has no price for {accel.name}: cost shows $0 until one is set")
     return price.on_demand, f"catalog {accel.name} on-demand, {price.source}, {price.date}", notes
+
+
+def is_unpriced(accel: AcceleratorSpec, dollars_per_chip_hour: float) -> bool:
+    """A real accelerator at $0: the catalog has no price for it (a local CPU is free, not unpriced).
+    Its cost shows $0, so a dollar budget cannot bound it."""
+    return dollars_per_chip_hour == 0 and accel.resource_name is not None

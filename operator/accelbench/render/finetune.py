@@ -190,7 +190,7 @@ def build_worker_pod_template(job: FinetuneJob, plan: Plan, accel: AcceleratorSp
     if volumes:
         pod["volumes"] = volumes
     # Where rank 0's live metrics are (status.progress; see meta.metrics_annotations).
-    labels_ = labels(job.kind, name, Role.TRAIN, plan.accelerator)
+    labels_ = labels(job, Role.TRAIN, plan.accelerator)
     metadata = {"labels": labels_, "annotations": metrics_annotations()}
     return {"metadata": metadata, "spec": pod}
 
@@ -208,15 +208,13 @@ def build_train_job(job: FinetuneJob, plan: Plan, accel: AcceleratorSpec) -> dic
         suspend=is_suspended(job.spec),
         queue_name=job.spec.queue_name,
     )
-    metadata = build_metadata(job, train_job_name(name), labels(job.kind, name, Role.TRAIN, plan.accelerator))
+    metadata = build_metadata(job, train_job_name(name), labels(job, Role.TRAIN, plan.accelerator))
     return build_job(metadata, shape, job.spec, build_worker_pod_template(job, plan, accel))
 
 
 def build_train_service(job: FinetuneJob, plan: Plan) -> dict[str, Any]:
     name = job.metadata.name
-    metadata = build_metadata(
-        job, train_service_name(name), labels(job.kind, name, Role.TRAIN, plan.accelerator)
-    )
+    metadata = build_metadata(job, train_service_name(name), labels(job, Role.TRAIN, plan.accelerator))
     if plan.framework == "jax":
         port_name, port = "coordinator", JAX_COORDINATOR_PORT
     else:
@@ -240,7 +238,7 @@ def render_finetune(job: FinetuneJob, plan: Plan, catalog: Catalog) -> list[dict
     accel = catalog.get(plan.accelerator)
     check_plan(job, plan, accel)
     name = job.metadata.name
-    train_labels = labels(job.kind, name, Role.TRAIN, plan.accelerator)
+    train_labels = labels(job, Role.TRAIN, plan.accelerator)
     objects = [
         build_results_config_map(job, train_labels),
         *build_reporter_rbac(job, train_service_account_name(name), worker_account(job), train_labels),

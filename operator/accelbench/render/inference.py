@@ -345,7 +345,6 @@ def build_server_container(bench: InferenceBench, plan: Plan, accel: Accelerator
 def build_server_pod_template(
     bench: InferenceBench, plan: Plan, accel: AcceleratorSpec, fetch_image: str
 ) -> dict[str, Any]:
-    name = bench.metadata.name
     container = build_server_container(bench, plan, accel)
     volumes, mounts = build_claim_volumes([ClaimUse(bench.spec.model.uri, writable=False)], MODEL_ROOT)
     init: list[dict[str, Any]] = []
@@ -372,7 +371,7 @@ def build_server_pod_template(
     accelerator.place_on_accelerator(pod, plan, accel, bench.spec.accelerator, bench.spec.scheduling)
     if volumes:
         pod["volumes"] = volumes
-    return {"metadata": {"labels": labels(bench.kind, name, Role.SERVER, plan.accelerator)}, "spec": pod}
+    return {"metadata": {"labels": labels(bench, Role.SERVER, plan.accelerator)}, "spec": pod}
 
 
 def build_server_job(
@@ -388,7 +387,7 @@ def build_server_job(
         suspend=is_suspended(bench.spec),
         queue_name=bench.spec.queue_name,
     )
-    server_labels = labels(bench.kind, name, Role.SERVER, plan.accelerator)
+    server_labels = labels(bench, Role.SERVER, plan.accelerator)
     metadata = build_metadata(bench, server_name(name), server_labels)
     control = bench.spec.model_copy(update={"active_deadline_seconds": server_deadline(bench)})
     return build_job(metadata, shape, control, build_server_pod_template(bench, plan, accel, fetch_image))
@@ -409,7 +408,7 @@ def build_server_service(bench: InferenceBench, plan: Plan) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": build_metadata(
-            bench, server_service_name(name), labels(bench.kind, name, Role.SERVER, plan.accelerator)
+            bench, server_service_name(name), labels(bench, Role.SERVER, plan.accelerator)
         ),
         "spec": {
             "type": "ClusterIP",
@@ -516,7 +515,7 @@ def build_client_job(
         suspend=client_suspended(bench, server_admitted),
         queue_name=None,  # the server carries the queue; the client follows its admission
     )
-    pod_labels = labels(bench.kind, name, Role.CLIENT, plan.accelerator)
+    pod_labels = labels(bench, Role.CLIENT, plan.accelerator)
     metadata = build_metadata(bench, client_job_name(name), pod_labels)
     template = {"metadata": {"labels": pod_labels, "annotations": metrics_annotations()}, "spec": pod}
     return build_job(metadata, shape, bench.spec, template)
@@ -531,7 +530,7 @@ def client_account(bench: InferenceBench) -> str:
 def build_client_rbac(bench: InferenceBench, plan: Plan) -> list[dict[str, Any]]:
     """The client reports into the results ConfigMap (render/results.py) and may write nothing else."""
     name = bench.metadata.name
-    meta_labels = labels(bench.kind, name, Role.CLIENT, plan.accelerator)
+    meta_labels = labels(bench, Role.CLIENT, plan.accelerator)
     return build_reporter_rbac(bench, client_service_account_name(name), client_account(bench), meta_labels)
 
 
@@ -557,9 +556,7 @@ def render_inference(
     """
     check_plan(bench, plan)
     accel = catalog.get(plan.accelerator)
-    results = build_results_config_map(
-        bench, labels(bench.kind, bench.metadata.name, Role.CLIENT, plan.accelerator)
-    )
+    results = build_results_config_map(bench, labels(bench, Role.CLIENT, plan.accelerator))
     objects = [results, *build_client_rbac(bench, plan)]
     if bench.spec.server.engine != Engine.EXTERNAL:
         objects.append(build_server_service(bench, plan))

@@ -8,10 +8,13 @@ Indexed Job) within the 63-character DNS label limit.
 
 from __future__ import annotations
 
+from ..api import Resource
 from ..api.contract import (
     APP_NAME,
     LABEL_ACCELERATOR,
     LABEL_APP_NAME,
+    LABEL_CAMPAIGN,
+    LABEL_CELL,
     LABEL_INSTANCE,
     LABEL_KIND,
     LABEL_MANAGED_BY,
@@ -63,16 +66,25 @@ def selector_labels(kind: str, name: str, role: Role) -> dict[str, str]:
     return {LABEL_INSTANCE: name, LABEL_KIND: kind, LABEL_ROLE: role.value}
 
 
-def labels(kind: str, name: str, role: Role, accelerator: str) -> dict[str, str]:
+# The parent's labels every child carries too: a campaign's runs are selectable as a whole at every
+# level (`kubectl get jobs,pods -l accelbench.io/campaign=NAME`), and the PodMonitor copies them
+# onto each scraped series.
+INHERITED_LABELS = (LABEL_CAMPAIGN, LABEL_CELL)
+
+
+def labels(resource: Resource, role: Role, accelerator: str) -> dict[str, str]:
     """Labels on every child object and pod template."""
+    name = resource.metadata.name
+    inherited = {k: v for k in INHERITED_LABELS if (v := (resource.metadata.labels or {}).get(k))}
     return {
         LABEL_APP_NAME: APP_NAME,
         LABEL_MANAGED_BY: MANAGED_BY,
         LABEL_INSTANCE: name,
-        LABEL_KIND: kind,
+        LABEL_KIND: resource.kind,
         LABEL_NAME: name,
         LABEL_ROLE: role.value,
         LABEL_ACCELERATOR: accelerator,
+        **inherited,
     }
 
 

@@ -52,7 +52,7 @@ def _policy(
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": build_metadata(resource, f"{name}-{role.value}", labels(kind, name, role, accelerator)),
+        "metadata": build_metadata(resource, f"{name}-{role.value}", labels(resource, role, accelerator)),
         "spec": {
             "podSelector": {"matchLabels": selector_labels(kind, name, role)},
             "policyTypes": ["Ingress"],
