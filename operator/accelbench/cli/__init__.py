@@ -242,30 +242,125 @@ def _print_report(console, name: str, report) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    """An InferenceBench's results JSON, or a BenchCampaign (its results artifact, or the campaign
+    and its runs read from the cluster), as index.html with PNG plots."""
+    sources = [s for s in (args.file, args.input, args.campaign) if s]
+    if len(sources) != 1:
+        print("error: give one of FILE, --in FILE or --campaign NAME", file=sys.stderr)
+        return 2
+    if args.campaign:
+        try:
+            document = _campaign_from_cluster(args)
+        except (ConfigException, LookupError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        except Exception as exc:  # the apiserver's refusal or an unreachable address: say which, briefly
+            print(f"error: cannot read BenchCampaign {args.campaign}: {_first_line(exc)}", file=sys.stderr)
+            return 2
+    else:
+        try:
+            document = _read_report_input(sources[0])
+        except (OSError, ValueError) as exc:
+            print(f"error: cannot read {sources[0]}: {_first_line(exc)}", file=sys.stderr)
+            return 2
+    return _write_report(document, args.out)
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+
+
+def _read_report_input(source: str) -> dict[str, Any]:
+    """A BenchCampaignResults document (a path, file://, gs:// or s3://) or bench results JSON (a
+    path); ValueError for anything else."""
     import json
 
-    from ..views import render_report
+    from ..campaign.artifact import ARTIFACT_KIND, read_artifact
 
-    try:
-        results = json.loads(Path(args.input).read_text())
-    except (OSError, ValueError) as exc:
-        print(f"error: cannot read {args.input}: {exc}", file=sys.stderr)
-        return 2
-    for kind, path in render_report(results, args.out).items():
+    if source.startswith(("gs://", "s3://")):
+        return read_artifact(source)  # only campaign artifacts live in object storage under one URI
+    document = json.loads(Path(source.removeprefix("file://")).read_text())
+    if not isinstance(document, dict) or not (
+        document.get("kind") == ARTIFACT_KIND or isinstance(document.get("cells"), list)
+    ):
+        raise ValueError(
+            f"neither a {ARTIFACT_KIND} document (kind: {ARTIFACT_KIND}) nor InferenceBench results "
+            "JSON (a list of cells)"
+        )
+    return document
+
+
+def _write_report(document: dict[str, Any], out: str | None) -> int:
+    from ..campaign.artifact import ARTIFACT_KIND
+
+    if document.get("kind") == ARTIFACT_KIND:
+        from ..views.campaign_page import render_campaign_report
+
+        name = str((document.get("metadata") or {}).get("name") or "campaign")
+        paths = render_campaign_report(document, out or f"{name}-report")
+    else:
+        from ..views import render_report
+
+        paths = render_report(document, out or "report")
+    for kind, path in paths.items():
         print(f"wrote {kind}: {path}")
+    print(f"report: {paths['html']}")
     return 0
 
 
-def _list_resources(args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
-    """FinetuneJobs and InferenceBenches from the cluster, through the controller's client."""
-    from ..api import API_VERSION, FinetuneJob, InferenceBench
+def _kube_for(args: argparse.Namespace) -> Any:
     from ..controller.kube import Kube, load_config
 
     try:
         load_config(args.kubeconfig, args.context)
     except (ConfigException, OSError, TypeError) as exc:
-        raise ConfigException(f"kubeconfig {args.kubeconfig or '(default)'}: {exc}") from None
-    kube = Kube()
+        raise ConfigException(
+            f"no cluster to read: kubeconfig {args.kubeconfig or '(default)'}: {exc}"
+        ) from None
+    return Kube()
+
+
+def _context_name(args: argparse.Namespace) -> str | None:
+    """The kubeconfig context the cluster was read through (None in a pod): the rows' cluster."""
+    if args.context:
+        return str(args.context)
+    try:
+        from kubernetes import config
+
+        _, active = config.list_kube_config_contexts(config_file=args.kubeconfig)
+        return str(active["name"]) if active else None
+    except Exception:  # in a pod, or no kubeconfig: no name to give
+        return None
+
+
+def _campaign_from_cluster(args: argparse.Namespace) -> dict[str, Any]:
+    """The BenchCampaign and its runs (labelled with its name) as a results document, as the operator
+    would write it now."""
+    from datetime import UTC, datetime
+
+    from ..api import API_VERSION, FinetuneJob, InferenceBench
+    from ..api.contract import LABEL_CAMPAIGN
+    from ..views.campaign_page import campaign_document
+
+    kube = _kube_for(args)
+    body = kube.get(API_VERSION, "BenchCampaign", args.namespace, args.campaign)
+    if body is None:
+        raise LookupError(f"no BenchCampaign {args.campaign} in namespace {args.namespace}")
+    selector = f"{LABEL_CAMPAIGN}={args.campaign}"
+    runs = [
+        {"kind": kind, **run}
+        for kind in (FinetuneJob.KIND, InferenceBench.KIND)
+        for run in kube.list(API_VERSION, kind, args.namespace, selector)
+    ]
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return campaign_document(body, runs, now, _context_name(args))
+
+
+def _list_resources(args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
+    """FinetuneJobs and InferenceBenches from the cluster, through the controller's client."""
+    from ..api import API_VERSION, FinetuneJob, InferenceBench
+
+    kube = _kube_for(args)
     namespace = None if args.all_namespaces else args.namespace
     selector = args.selector or ""
     return tuple(  # type: ignore[return-value]
@@ -273,14 +368,36 @@ def _list_resources(args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
     )
 
 
-try:  # the kubernetes client is a core dependency; the name is only needed by `compare`
+try:  # the kubernetes client is a core dependency; the name is only needed by `compare` and `report`
     from kubernetes.config import ConfigException
 except ImportError:  # pragma: no cover
     ConfigException = RuntimeError  # type: ignore[misc,assignment]
 
 
+def _read_artifacts(uris: Sequence[str]) -> list[tuple[str, dict[str, Any]]]:
+    """(cluster, document) per --artifact; two artifacts naming the same cluster keep their rows
+    apart by their URIs. Raises ValueError/OSError naming the artifact that cannot be read."""
+    from ..campaign.artifact import read_artifact
+    from ..views.compare import artifact_cluster
+
+    out: list[tuple[str, dict[str, Any]]] = []
+    for uri in uris:
+        try:
+            document = read_artifact(uri)
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"artifact {uri}: {_first_line(exc)}") from None
+        except Exception as exc:  # an object store's refusal or a missing client: say which, briefly
+            raise ValueError(f"artifact {uri}: {type(exc).__name__}: {_first_line(exc)}") from None
+        cluster = artifact_cluster(document, uri)
+        if any(cluster == taken for taken, _ in out):
+            cluster = f"{cluster} ({uri})"
+        out.append((cluster, document))
+    return out
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
-    """Finished runs side by side: speed, MFU and $ per 1M tokens, with ratios against the best."""
+    """Finished runs side by side: speed, MFU and $ per 1M tokens, with ratios against the best; with
+    --artifact, the runs of campaign results artifacts (other clusters) join them."""
     import json
 
     from rich.console import Console
@@ -289,14 +406,31 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from ..views.compare import BENCH_COLUMNS, FINETUNE_COLUMNS, as_records, compare, format_value
 
     try:
+        artifacts = _read_artifacts(args.artifact or [])
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    finetunes: list[dict] = []
+    benches: list[dict] = []
+    try:
         finetunes, benches = _list_resources(args)
-    except ConfigException as exc:
-        print(f"error: no cluster to read: {exc}", file=sys.stderr)
-        return 2
-    except Exception as exc:  # the apiserver's refusal or an unreachable address: say which, briefly
-        print(f"error: cannot list accelbench resources: {str(exc).splitlines()[0][:300]}", file=sys.stderr)
-        return 2
-    rows = compare(finetunes, benches)
+    except Exception as exc:  # no kubeconfig, the apiserver's refusal or an unreachable address
+        what = (
+            f"no cluster to read: {exc}"
+            if isinstance(exc, ConfigException)
+            else f"cannot list accelbench resources: {_first_line(exc)}"
+        )
+        if not artifacts:
+            print(f"error: {what}", file=sys.stderr)
+            return 2
+        print(f"note: only the artifacts' runs: {what}", file=sys.stderr)
+    rows = compare(finetunes, benches, artifacts)
+    if artifacts:  # the cluster read now is named too, so its rows stand apart from the artifacts'
+        here = _context_name(args) or "(this cluster)"
+        rows = {
+            kind: [r if r.cluster else _tagged(r, here) for r in kind_rows]
+            for kind, kind_rows in rows.items()
+        }
     if args.output == "json":
         print(json.dumps(as_records(rows), indent=2))
         return 0
@@ -307,20 +441,30 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if not kind_rows:
             continue
         table = Table(title=f"{kind}s", title_justify="left")
-        for heading in ("name", "accelerator", "phase"):
+        with_cluster = any(r.cluster for r in kind_rows)
+        for heading in (
+            ("cluster", "name", "accelerator", "phase") if with_cluster else ("name", "accelerator", "phase")
+        ):
             table.add_column(heading)
         for heading, _ in columns[kind]:
             table.add_column(heading, justify="right")
         for r in kind_rows:
             name = r.name if not args.all_namespaces else f"{r.namespace}/{r.name}"
             cells = [format_value(key, r.figures.get(key)) for _, key in columns[kind]]
-            table.add_row(name, r.accelerator, r.phase, *cells)
+            lead: list[str] = [r.cluster] if with_cluster else []
+            table.add_row(*lead, name, r.accelerator, r.phase, *cells)
         console.print(table)
     if not any(rows.values()):
         console.print("no FinetuneJobs or InferenceBenches found")
     else:
         console.print("speed × / cost ×: against the fastest and the cheapest per token (1.00 = best)")
     return 0
+
+
+def _tagged(row: Any, cluster: str) -> Any:
+    from dataclasses import replace
+
+    return replace(row, cluster=cluster)
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
@@ -386,11 +530,39 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("-o", "--output", choices=("table", "json"), default="table")
     comp.add_argument("--kubeconfig", default=None, help="default: $KUBECONFIG or ~/.kube/config")
     comp.add_argument("--context", default=None)
+    comp.add_argument(
+        "--artifact",
+        action="append",
+        default=[],
+        metavar="URI",
+        help="a campaign results artifact (path, file://, gs://, s3://) whose runs join the rows, tagged "
+        "with its cluster; repeatable",
+    )
     comp.set_defaults(func=cmd_compare)
 
-    report = sub.add_parser("report", help="render bench results JSON to HTML tables and PNG plots")
-    report.add_argument("--in", dest="input", required=True, help="bench results JSON (--out or ConfigMap)")
-    report.add_argument("--out", required=True, help="directory for index.html and the PNGs")
+    report = sub.add_parser(
+        "report",
+        help="HTML tables and PNG plots: InferenceBench results JSON, or a BenchCampaign (its results "
+        "artifact, or --campaign from the cluster)",
+    )
+    report.add_argument(
+        "file",
+        nargs="?",
+        default=None,
+        help="bench results JSON, or a BenchCampaignResults artifact (path, file://, gs://, s3://)",
+    )
+    report.add_argument("--in", dest="input", default=None, help="bench results JSON (--out or ConfigMap)")
+    report.add_argument(
+        "--campaign", default=None, help="a BenchCampaign to read with its runs from the cluster"
+    )
+    report.add_argument("-n", "--namespace", default="default", help="the campaign's namespace")
+    report.add_argument("--kubeconfig", default=None, help="default: $KUBECONFIG or ~/.kube/config")
+    report.add_argument("--context", default=None)
+    report.add_argument(
+        "--out",
+        default=None,
+        help="directory for index.html and the PNGs (default: report, or <campaign>-report)",
+    )
     report.set_defaults(func=cmd_report)
     return parser
 

@@ -10,8 +10,9 @@ without results show their phase and no numbers: nothing is estimated.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import PurePosixPath
 from typing import Any
 
 from ..cost import dollars_per_hour, dollars_per_million_tokens
@@ -25,6 +26,7 @@ class Row:
     accelerator: str
     phase: str
     figures: dict[str, float | None] = field(default_factory=dict)
+    cluster: str = ""  # where it ran: a results artifact's cluster; "" for the cluster read now
 
 
 FINETUNE_COLUMNS = (
@@ -110,22 +112,44 @@ def with_ratios(rows: list[Row], speed_key: str, cost_key: str) -> list[Row]:
         figures = dict(r.figures)
         figures["speedRatio"] = speed / best_speed if speed and best_speed else None
         figures["costRatio"] = cost / cheapest if cost and cheapest else None
-        out.append(Row(r.kind, r.namespace, r.name, r.accelerator, r.phase, figures))
+        out.append(replace(r, figures=figures))
     return out
 
 
+def artifact_cluster(document: Mapping[str, Any], uri: str) -> str:
+    """The cluster a results artifact's runs ran on: its metadata.cluster, else the file's name."""
+    cluster = (document.get("metadata") or {}).get("cluster")
+    return str(cluster) if cluster else PurePosixPath(uri.rstrip("/")).stem
+
+
 def compare(
-    finetunes: Iterable[Mapping[str, Any]], benches: Iterable[Mapping[str, Any]]
+    finetunes: Iterable[Mapping[str, Any]],
+    benches: Iterable[Mapping[str, Any]],
+    artifacts: Sequence[tuple[str, Mapping[str, Any]]] = (),
 ) -> dict[str, list[Row]]:
-    """Rows per kind, fastest first (rows without results last, by name)."""
+    """Rows per kind, fastest first (rows without results last, by name). `artifacts`: (cluster,
+    BenchCampaignResults document) pairs whose runs join the rows, tagged with that cluster, so the
+    same run name from two clusters stays two rows; ratios are across all of them."""
 
     def order(key: str) -> Any:
-        return lambda r: (r.figures.get(key) is None, -(r.figures.get(key) or 0.0), r.namespace, r.name)
+        return lambda r: (
+            r.figures.get(key) is None,
+            -(r.figures.get(key) or 0.0),
+            r.cluster,
+            r.namespace,
+            r.name,
+        )
 
-    ft = with_ratios([finetune_row(o) for o in finetunes], "tokensPerSecond", "dollarsPerMillionTokens")
-    ib = with_ratios(
-        [bench_row(o) for o in benches], "peakOutputTokensPerSecond", "dollarsPerMillionTokensAtCapacity"
-    )
+    ft_rows = [finetune_row(o) for o in finetunes]
+    ib_rows = [bench_row(o) for o in benches]
+    for cluster, document in artifacts:
+        for run in document.get("runs") or []:
+            if run.get("kind") == "FinetuneJob":
+                ft_rows.append(replace(finetune_row(run), cluster=cluster))
+            elif run.get("kind") == "InferenceBench":
+                ib_rows.append(replace(bench_row(run), cluster=cluster))
+    ft = with_ratios(ft_rows, "tokensPerSecond", "dollarsPerMillionTokens")
+    ib = with_ratios(ib_rows, "peakOutputTokensPerSecond", "dollarsPerMillionTokensAtCapacity")
     return {
         "FinetuneJob": sorted(ft, key=order("tokensPerSecond")),
         "InferenceBench": sorted(ib, key=order("peakOutputTokensPerSecond")),
@@ -151,8 +175,8 @@ def format_value(key: str, value: float | None) -> str:
 def as_records(rows: dict[str, list[Row]]) -> list[dict[str, Any]]:
     """Flat records for -o json."""
     return [
-        {"kind": r.kind, "namespace": r.namespace, "name": r.name, "accelerator": r.accelerator,
-         "phase": r.phase, **r.figures}
+        {"kind": r.kind, "cluster": r.cluster, "namespace": r.namespace, "name": r.name,
+         "accelerator": r.accelerator, "phase": r.phase, **r.figures}
         for kind_rows in rows.values()
         for r in kind_rows
     ]  # fmt: skip
