@@ -416,7 +416,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         finetunes, benches = _list_resources(args)
     except Exception as exc:  # no kubeconfig, the apiserver's refusal or an unreachable address
         what = (
-            f"no cluster to read: {exc}"
+            str(exc)
             if isinstance(exc, ConfigException)
             else f"cannot list accelbench resources: {_first_line(exc)}"
         )
