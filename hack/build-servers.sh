@@ -2,7 +2,9 @@
 # Builds the servers tests run beside the operator (hack/servers/<name>/go.mod pins each one) and
 # links them into <repo>/.servers/: fake-gcs-server (the GCS JSON API, reached by google-cloud-storage
 # through STORAGE_EMULATOR_HOST) and versitygw (an S3 gateway, reached by boto3 through
-# AWS_ENDPOINT_URL_S3). hack/objectstores.py starts them.
+# AWS_ENDPOINT_URL_S3), started by hack/objectstores.py; Flux's source-controller and
+# kustomize-controller, with the CRDs of the same module versions copied into .servers/flux-crds/,
+# started by hack/flux.py.
 #
 # Cached like the control plane (hack/build-binaries.sh): $HOME/.cache/accelbench/servers/<key>/,
 # <key> hashing every go.mod/go.sum here and this script; a warm run only re-creates the links.
@@ -18,6 +20,13 @@ export GOFLAGS="-mod=readonly -buildvcs=false"
 export CGO_ENABLED=0
 
 log() { printf '[build-servers] %s\n' "$*"; }
+
+# CRDs a server needs, copied from the module it is built from (so they match its version):
+# <server> -> "<module> <folder in the module> <folder under .servers/>".
+declare -A CRDS_FROM=(
+    [source-controller]="github.com/fluxcd/source-controller config/crd/bases flux-crds"
+    [kustomize-controller]="github.com/fluxcd/kustomize-controller config/crd/bases flux-crds"
+)
 
 key="$(
     cd "$REPO"
@@ -39,6 +48,13 @@ else
         tool="$(sed -n 's/^tool //p' "$dir/go.mod")"
         log "building $name ($tool)"
         (cd "$dir" && go build -trimpath -ldflags="-s -w" -o "$tmp/$name" "$tool")
+        if [ -n "${CRDS_FROM[$name]:-}" ]; then
+            read -r module folder target <<<"${CRDS_FROM[$name]}"
+            moddir="$(cd "$dir" && go list -m -f '{{.Dir}}' "$module")"
+            mkdir -p "$tmp/$target"
+            install -m 0644 "$moddir/$folder"/*.yaml "$tmp/$target/"
+            log "copied $(find "$moddir/$folder" -name '*.yaml' | wc -l) CRD(s) of $module into $target/"
+        fi
     done
     touch "$tmp/.complete"
     rm -rf "$out" && mv "$tmp" "$out"
@@ -46,4 +62,4 @@ fi
 mkdir -p "$LINK_DIR"
 find "$LINK_DIR" -maxdepth 1 -type l -delete
 for f in "$out"/*; do ln -s "$f" "$LINK_DIR/$(basename "$f")"; done
-log "linked $(find "$LINK_DIR" -maxdepth 1 -type l | wc -l) server(s) into $LINK_DIR"
+log "linked $(find "$LINK_DIR" -maxdepth 1 -type l | wc -l) server(s) and CRD folder(s) into $LINK_DIR"
