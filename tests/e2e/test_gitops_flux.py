@@ -92,6 +92,17 @@ def flux_objects(url: str) -> list[dict[str, Any]]:
             "prune": False,
             "wait": True,
             "targetNamespace": NS,
+            # kstatus alone calls a campaign with no status yet Current (the operator cannot write
+            # status in the create): Ready only once the operator says so for this generation.
+            "healthCheckExprs": [
+                {
+                    "apiVersion": "accelbench.io/v1alpha1",
+                    "kind": "BenchCampaign",
+                    "current": "status.observedGeneration == metadata.generation && "
+                    "status.conditions.exists(c, c.type == 'Ready' && c.status == 'True')",
+                    "failed": "status.conditions.exists(c, c.type == 'Stalled' && c.status == 'True')",
+                }
+            ],
         },
     }
     return [source, kustomization]
@@ -145,7 +156,11 @@ def sync_and_watch(env: Env, fluxcd: flux.Flux, sha: str, timeout: float = 420) 
         if status.get("lastAppliedRevision", "").endswith(sha) and ready.get("status") == "True":
             if obj is not None and sha_has_campaign(fluxcd, sha):
                 done = condition(obj)
-                assert done.get("status") == "True", (done, ready)
+                assert done.get("status") == "True", (
+                    f"Kustomization Ready at {sha} ({ready}) while the campaign is not; campaign "
+                    f"generation {obj['metadata'].get('generation')}, "
+                    f"status: {yaml.safe_dump(obj.get('status'))}"
+                )
                 # the Kustomization turned Ready no earlier than the campaign did
                 assert ready["lastTransitionTime"] >= done["lastTransitionTime"], (ready, done)
             return seen
