@@ -52,7 +52,10 @@ def test_a_campaign_makes_its_cells_runs_up_to_max_concurrent_and_says_why_the_r
     assert len(first.create) == 2 and not first.invalid
     status = first.status
     assert status["totals"]["cells"] == 6 and status["phase"] == "Running"
-    assert len(status["waiting"]) == 4 and all("maxConcurrent 2" in why for why in status["waiting"].values())
+    # Two more training cells wait for a slot; the two serving cells for the model they serve.
+    waiting = sorted(status["waiting"].values())
+    assert len(waiting) == 4 and all("maxConcurrent 2" in why for why in waiting[:2])
+    assert all(why.startswith("waiting for its model: training run cpu-demo-t") for why in waiting[2:])
     run = first.create[0]
     assert run["metadata"]["labels"]["accelbench.io/campaign"] == "cpu-demo"
     assert run["metadata"]["ownerReferences"][0] | {} == {
@@ -84,9 +87,12 @@ def test_a_campaign_makes_its_cells_runs_up_to_max_concurrent_and_says_why_the_r
 
 def test_every_cell_done_is_finished_with_the_front_and_the_winners() -> None:
     demo = campaign("cpu-demo", maxConcurrent=None)
-    runs = [
-        finished(m, dollars=0.1 * i) for i, m in enumerate(plan_campaign(demo, [], CATALOG, NOW).create, 1)
-    ]
+    trained = plan_campaign(demo, [], CATALOG, NOW).create  # the serving cells wait for their model
+    assert {m["kind"] for m in trained} == {"FinetuneJob"} and len(trained) == 4
+    runs = [finished(m, dollars=0.1 * i) for i, m in enumerate(trained, 1)]
+    served = plan_campaign(demo, runs, CATALOG, NOW).create
+    assert {m["kind"] for m in served} == {"InferenceBench"} and len(served) == 2
+    runs += [finished(m, dollars=0.1 * i) for i, m in enumerate(served, 5)]
     last = plan_campaign(demo, runs, CATALOG, NOW)
     assert last.create == [] and last.status["phase"] == "Finished"
     assert last.status["totals"] == {
@@ -113,11 +119,18 @@ def test_a_git_edit_that_drops_a_value_keeps_the_finished_runs_and_never_makes_t
     edited.spec.finetune.matrix.axes["method.rank"] = [4]  # rank 8 dropped
     out = plan_campaign(edited, runs, CATALOG, NOW)
     assert out.create == []
+    # The serving cells named the dropped training cell: they say so and the campaign is Stalled.
+    assert len(out.invalid) == 2 and all("selects no training cell" in why for why in out.invalid.values())
+    assert out.status["phase"] == "Stalled"
     dropped = [r for r in out.status["cells"] if not r.get("inMatrix", True)]
     assert len(dropped) == 2 and all(r["phase"] == "Succeeded" for r in dropped)
     edited.spec.finetune.matrix.axes["method.rank"] = [4, 8, 16]  # one value added: only its cells run
     out = plan_campaign(edited, runs, CATALOG, NOW)
-    assert len(out.create) == 2 and all(m["spec"]["method"]["rank"] == 16 for m in out.create)
+    trains = [m for m in out.create if m["kind"] == "FinetuneJob"]
+    assert len(trains) == 2 and all(m["spec"]["method"]["rank"] == 16 for m in trains)
+    # The serving cells start now that the model they serve (rank 8, still kept) has finished.
+    serves = [m for m in out.create if m["kind"] == "InferenceBench"]
+    assert len(serves) == 2 and all(m["spec"]["model"]["uri"].startswith(".demo/out") for m in serves)
 
 
 def test_the_budget_holds_what_it_cannot_pay_for_and_the_campaign_says_it_is_stalled() -> None:
@@ -418,3 +431,43 @@ def test_the_campaign_label_reaches_every_child_and_pod_template_of_its_runs() -
             template = (obj.get("spec") or {}).get("template")
             if obj["kind"] == "Job":
                 assert template["metadata"]["labels"]["accelbench.io/campaign"] == "cpu-demo"
+
+
+def test_a_settled_campaign_writes_its_results_artifact_once_and_says_so(tmp_path: Path) -> None:
+    from accelbench.campaign.artifact import read_artifact
+
+    demo = campaign("cpu-demo", maxConcurrent=None, artifactUri=str(tmp_path / "results"))
+    body = demo.model_dump(by_alias=True, exclude_none=True, mode="json")
+    made = plan_campaign(demo, [], CATALOG, NOW).create
+    train = [m for m in made if m["kind"] == "FinetuneJob"]
+    runs = [run_of(m, tokensPerSecond=100.0) for m in train]
+    serving = plan_campaign(demo, runs, CATALOG, NOW).create
+    runs += [run_of(m, peakOutputTokensPerSecond=50.0) for m in serving]
+    kube = CampaignKube()
+    _pass(kube, body, runs)
+    (status,) = kube.status_writes
+    assert status["phase"] == "Finished" and status["artifact"] == str(tmp_path / "results" / "cpu-demo.json")
+    written = {c["type"]: c for c in status["conditions"]}["ArtifactWritten"]
+    assert written["status"] == "True" and written["reason"] == "Written"
+    document = read_artifact(status["artifact"])
+    assert document["kind"] == "BenchCampaignResults" and len(document["runs"]) == len(runs)
+    assert document["status"]["summary"] and document["metadata"]["name"] == "cpu-demo"
+    # Written once: the next pass over the same settled campaign leaves it alone.
+    settled = {**body, "status": status}
+    (tmp_path / "results" / "cpu-demo.json").unlink()
+    _pass(CampaignKube(), settled, runs)
+    assert not (tmp_path / "results" / "cpu-demo.json").exists()
+    # A store that cannot be written: the campaign stays Finished, says why, and tries again later.
+    (tmp_path / "blocked").write_text("a file where a directory should be")
+    bad = {**body, "spec": {**body["spec"], "artifactUri": str(tmp_path / "blocked" / "results")}}
+    failing = CampaignKube()
+    outcome = _pass(failing, bad, runs)
+    (status,) = failing.status_writes
+    written = {c["type"]: c for c in status["conditions"]}["ArtifactWritten"]
+    assert status["phase"] == "Finished" and "artifact" not in status
+    assert (
+        written["status"] == "False"
+        and written["reason"] == "WriteFailed"
+        and "blocked" in written["message"]
+    )
+    assert outcome.requeue_after == 60.0

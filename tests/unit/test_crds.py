@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,21 @@ CRDS = generate_crds(load_catalog())
 def test_committed_crd_matches_models(filename: str) -> None:
     committed = yaml.safe_load((ROOT / "crds" / filename).read_text())
     assert committed == CRDS[filename], f"crds/{filename} is stale: run `make crds` and commit"
+
+
+class Yaml11Loader(yaml.SafeLoader):
+    """Reads as Go's YAML 1.1 readers (kubectl, the apiserver) do: y/Y/n/N are booleans too."""
+
+
+Yaml11Loader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:y|Y|n|N)$"), list("yYnN"))
+
+
+@pytest.mark.parametrize("folder", ["crds", "charts/accelbench/crds"])
+@pytest.mark.parametrize("filename", sorted(CRDS))
+def test_committed_crd_reads_the_same_to_a_yaml_1_1_reader(folder: str, filename: str) -> None:
+    """A bare `n` (Spread.n) once reached the apiserver as `false` and every install failed."""
+    committed = yaml.load((ROOT / folder / filename).read_text(), Loader=Yaml11Loader)
+    assert committed == CRDS[filename], f"{folder}/{filename}: a word a YAML 1.1 reader takes as a bool"
 
 
 def _walk(node: Any, path: str = ""):

@@ -134,6 +134,9 @@ ENV_OPERATOR_PRICES_NAMESPACE = "ACCELBENCH_PRICES_NAMESPACE"
 # may scrape the pods' metrics port besides the operator's own (comma-separated, e.g. Prometheus').
 ENV_OPERATOR_NETWORK_POLICIES = "ACCELBENCH_NETWORK_POLICIES"
 ENV_OPERATOR_METRICS_NAMESPACES = "ACCELBENCH_METRICS_NAMESPACES"
+# chart writes (values.clusterName): names this cluster in a campaign's results artifact, so `compare`
+# tells runs from several clusters apart.
+ENV_OPERATOR_CLUSTER_NAME = "ACCELBENCH_CLUSTER_NAME"
 
 # --------------------------------------------------------------------------- results
 

@@ -32,6 +32,7 @@ class ConditionType(StrEnum):
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     RESULT_VALID = "ResultValid"
+    ARTIFACT_WRITTEN = "ArtifactWritten"  # BenchCampaign with artifactUri: its results document is stored
     REGRESSED = "Regressed"  # BenchCampaign with a baseline: a cell worse than it by more than the threshold
 
 
@@ -54,6 +55,8 @@ class Reason(StrEnum):
     RUNNING = "Running"
     COMPLETED = "Completed"
     RESULT_VALID = "ResultValid"
+    ARTIFACT_STORED = "Written"  # BenchCampaign: its results document is at status.artifact
+    ARTIFACT_WRITE_FAILED = "WriteFailed"  # the store refused or failed; tried again every minute
     REGRESSED = "Regressed"  # BenchCampaign with a baseline: a cell worse than it by more than the threshold
     RESULT_INVALID = "ResultInvalid"
     RESULT_MISSING = "ResultMissing"

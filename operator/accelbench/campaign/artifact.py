@@ -74,25 +74,38 @@ def artifact_uri(base: str, campaign: str) -> str:
     return f"{base.rstrip('/')}/{campaign}{ARTIFACT_SUFFIX}"
 
 
+class ArtifactError(RuntimeError):
+    """The artifact could not be written: the store refused or failed, no client for it is installed,
+    or a local path is not writable. The message says which."""
+
+
 def write_artifact(uri: str, document: Mapping[str, Any]) -> None:
-    """Write the document to `uri` (gs://, s3://, file:// or a path). Raises OutputError (the store
-    refused or failed), ImportError (no store client installed) or OSError (a local path)."""
+    """Write the document to `uri` (gs://, s3://, file:// or a path), or raise ArtifactError."""
     data = json.dumps(document, indent=1, sort_keys=True).encode()
     if uri.startswith(("gs://", "s3://")):
-        from ..workers.storage import OutputError, parse_uri
-        from ..workers.storage.stores import StoreError, open_store
-
-        where = parse_uri(uri)
         try:
+            from ..workers.storage import parse_uri
+            from ..workers.storage.stores import StoreError, open_store
+        except ImportError as exc:  # the operator image carries the storage extra; a bare install may not
+            raise ArtifactError(
+                f"{uri}: no object-store client installed ({exc}): pip install accelbench[storage]"
+            ) from None
+        try:
+            where = parse_uri(uri)
             open_store(where).upload_bytes(data, where.prefix, "application/json")
         except StoreError as exc:
-            raise OutputError(f"{uri}: {exc.describe()}") from None
+            raise ArtifactError(f"{uri}: {exc.describe()}") from None
+        except (ImportError, ValueError) as exc:
+            raise ArtifactError(f"{uri}: {exc}") from None
         return
     path = Path(uri.removeprefix("file://"))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=".part") as tmp:
-        tmp.write(data)
-    os.replace(tmp.name, path)  # a reader never sees half a document
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=".part") as tmp:
+            tmp.write(data)
+        os.replace(tmp.name, path)  # a reader never sees half a document
+    except OSError as exc:
+        raise ArtifactError(f"{uri}: {exc}") from None
 
 
 def read_artifact(uri: str) -> dict[str, Any]:

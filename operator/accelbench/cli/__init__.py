@@ -5,6 +5,7 @@ InferenceBench reports. Heavy imports stay inside the commands, so `--help` is q
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,8 +18,24 @@ from ..api.contract import ENV_METRICS_PORT, ExitCode
 from .manifests import LoadedResource, ManifestError, load_resources
 
 
+# YAML 1.1 (what Go's yaml readers in kubectl and the apiserver speak) also reads y/Y/n/N as booleans;
+# PyYAML's resolver does not, so without this a schema's `required: [n]` would be written bare and
+# reach the apiserver as `false`. Teaching the dumper that these words are booleans makes it quote them.
+class KubeYamlDumper(yaml.SafeDumper):
+    pass
+
+
+KubeYamlDumper.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:y|Y|n|N)$"), list("yYnN")
+)
+
+
+def to_yaml(obj: Any) -> str:
+    return yaml.dump(obj, Dumper=KubeYamlDumper, sort_keys=False)
+
+
 def _dump_yaml(objects: Sequence[dict]) -> str:
-    return "".join("---\n" + yaml.safe_dump(o, sort_keys=False) for o in objects)
+    return "".join("---\n" + to_yaml(o) for o in objects)
 
 
 def cmd_crds(args: argparse.Namespace) -> int:
@@ -32,7 +49,7 @@ def cmd_crds(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for filename, crd in crds.items():
-        (out / filename).write_text(yaml.safe_dump(crd, sort_keys=False))
+        (out / filename).write_text(to_yaml(crd))
         print(f"wrote {out / filename}")
     return 0
 

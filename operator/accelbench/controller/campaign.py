@@ -8,7 +8,8 @@ write. A run's events wake its campaign (handlers.py), so rows follow their runs
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -18,7 +19,8 @@ from urllib3.exceptions import HTTPError
 
 from ..api.campaign import BenchCampaign, CellSummary
 from ..api.errors import describe
-from ..api.status import ConditionType
+from ..api.status import ConditionType, Reason
+from ..campaign.artifact import ArtifactError, artifact_document, artifact_uri, write_artifact
 from ..campaign.plan import plan_campaign
 from .cache import is_controlled_by
 from .conditions import conditions_to_wire, make_condition, merge_conditions, now_rfc3339, parse_conditions
@@ -31,12 +33,17 @@ log = logging.getLogger(__name__)
 
 RUNNING_PASS_S = 30.0  # runs' events wake the campaign; this only bounds a missed one
 STALLED_PASS_S = 60.0  # budget held: a cell that ends (an event) frees it sooner
+ARTIFACT_RETRY_S = 60.0  # a store that refused or failed: tried again, the campaign stays Finished
 
 
 def campaign_conditions(
-    status: Mapping[str, Any], generation: int | None, now: datetime
+    status: Mapping[str, Any],
+    generation: int | None,
+    now: datetime,
+    artifact: ArtifactWrite | None = None,
 ) -> list[dict[str, Any]]:
-    """kstatus: Ready once every cell ended, Stalled when it cannot go on, Reconciling otherwise."""
+    """kstatus: Ready once every cell ended, Stalled when it cannot go on, Reconciling otherwise;
+    Regressed with a baseline; ArtifactWritten once a results artifact was tried."""
     phase, message = status.get("phase"), str(status.get("message") or "")
     reason = {"Finished": "CellsFinished", "Stalled": "CannotProceed", "Running": "CellsRunning"}.get(
         str(phase), "Pending"
@@ -57,6 +64,16 @@ def campaign_conditions(
                 generation,
             )
         )
+    if artifact is not None:
+        desired.append(
+            make_condition(
+                ConditionType.ARTIFACT_WRITTEN.value,
+                artifact.error is None,
+                (Reason.ARTIFACT_STORED if artifact.error is None else Reason.ARTIFACT_WRITE_FAILED).value,
+                artifact.error or str(status.get("artifact") or ""),
+                generation,
+            )
+        )
     merged = merge_conditions(parse_conditions(status.get("conditions")), desired, now=now_rfc3339(now))
     return conditions_to_wire(merged)
 
@@ -73,6 +90,45 @@ def baseline_summary(body: Mapping[str, Any] | None) -> list[CellSummary] | None
         except ValidationError:
             continue
     return out
+
+
+@dataclass(frozen=True)
+class ArtifactWrite:
+    uri: str
+    error: str | None = None  # why the store refused or failed; tried again later
+
+
+def write_campaign_artifact(
+    campaign: BenchCampaign,
+    body: Mapping[str, Any],
+    status: Mapping[str, Any],
+    runs: Sequence[Mapping[str, Any]],
+    state: ControllerState,
+    now: datetime,
+) -> ArtifactWrite | None:
+    """Once the campaign has settled (every cell ended, or the budget stopped it with nothing
+    running), its results document goes to spec.artifactUri; again when it settles again after a
+    Git edit or a larger budget ran more cells. None when there is nothing to do."""
+    base, phase = campaign.spec.artifact_uri, status.get("phase")
+    totals = status.get("totals") or {}
+    creating = any(row.get("phase") == "Creating" for row in status.get("cells") or [])
+    settled = phase == "Finished" or (phase == "Stalled" and not totals.get("running") and not creating)
+    if base is None or not settled:
+        return None
+    target = artifact_uri(base, campaign.metadata.name)
+    stored = body.get("status") or {}
+    if stored.get("artifact") == target and stored.get("phase") == phase and stored.get("totals") == totals:
+        return None  # written when it settled; nothing has run since
+    document = artifact_document({**body, "status": dict(status)}, runs, now_rfc3339(now), state.cluster)
+    try:
+        write_artifact(target, document)
+    except ArtifactError as exc:
+        log.warning(
+            "%s/%s: results not written: %s", campaign.metadata.namespace, campaign.metadata.name, exc
+        )
+        return ArtifactWrite(target, str(exc)[:1024])
+    log.info("%s/%s: results written to %s", campaign.metadata.namespace, campaign.metadata.name, target)
+    return ArtifactWrite(target)
 
 
 def _ours(state: ControllerState, manifest: Mapping[str, Any], uid: str | None) -> bool:
@@ -95,6 +151,7 @@ def reconcile_campaign(snap: Snapshot, state: ControllerState, now: datetime) ->
     stored: dict[str, Any] = dict(body.get("status") or {})
     generation = meta.get("generation")
     outcome = Outcome("campaign")
+    artifact: ArtifactWrite | None = None
     try:
         campaign = BenchCampaign.model_validate(body)
     except ValidationError as exc:
@@ -123,11 +180,16 @@ def reconcile_campaign(snap: Snapshot, state: ControllerState, now: datetime) ->
             except (HTTPError, OSError) as exc:
                 log.warning("%s/%s: creating %s failed: %s", namespace, name, run, exc)
                 outcome = Outcome("retry", retry=True)
-        if outcome.label != "retry":
+        artifact = write_campaign_artifact(campaign, body, {**stored, **desired}, snap.runs, state, now)
+        if artifact is not None and artifact.error is None:
+            desired["artifact"] = artifact.uri
+        elif artifact is not None and outcome.label != "retry":
+            outcome = Outcome("campaign", requeue_after=ARTIFACT_RETRY_S)
+        if outcome.label != "retry" and outcome.requeue_after is None:
             if desired.get("phase") == "Running":
                 outcome = Outcome("campaign", requeue_after=RUNNING_PASS_S)
             elif desired.get("phase") == "Stalled":
                 outcome = Outcome("campaign", requeue_after=STALLED_PASS_S)
-    desired["conditions"] = campaign_conditions({**stored, **desired}, generation, now)
+    desired["conditions"] = campaign_conditions({**stored, **desired}, generation, now, artifact)
     patch = status_patch(stored, desired)
     return write_status(state, snap.key, body, patch) or outcome

@@ -13,6 +13,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from ..api.contract import (
+    ENV_OPERATOR_CLUSTER_NAME,
     ENV_OPERATOR_METRICS_NAMESPACES,
     ENV_OPERATOR_NETWORK_POLICIES,
     ENV_OPERATOR_PRICES_NAMESPACE,
@@ -60,6 +61,7 @@ class ControllerState:
     price_config_map: str
     catalog_ttl_s: float = 60.0
     network: NetworkPolicies | None = None  # each run's NetworkPolicies (render/network.py)
+    cluster: str | None = field(default_factory=lambda: os.environ.get(ENV_OPERATOR_CLUSTER_NAME) or None)
     _catalog: Catalog | None = field(default=None, repr=False)
     _loaded_at: float = field(default=float("-inf"), repr=False)
 
