@@ -25,9 +25,7 @@ class KubeYamlDumper(yaml.SafeDumper):
     pass
 
 
-KubeYamlDumper.add_implicit_resolver(
-    "tag:yaml.org,2002:bool", re.compile(r"^(?:y|Y|n|N)$"), list("yYnN")
-)
+KubeYamlDumper.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:y|Y|n|N)$"), list("yYnN"))
 
 
 def to_yaml(obj: Any) -> str:
