@@ -224,6 +224,7 @@ def test_flux_applies_a_campaign_waits_for_it_and_keeps_it_when_pruning_is_off(
     # 3. The file leaves Git; with prune off the campaign, its runs and its table stay.
     (folder / "campaign.yaml").unlink()
     third = flux.commit_all(repo, "the campaign's file removed")
+
     def tracked() -> list[str]:  # inventory ids: <namespace>_<name>_<group>_<kind>
         ks = get(env, KUSTOMIZATION, "campaigns")
         return [e["id"] for e in ks["status"]["inventory"]["entries"] if e["id"].endswith("_BenchCampaign")]
