@@ -20,6 +20,10 @@ What differs from a kubelet, on purpose:
   and each pod that declares a `metrics` port gets its own free local port instead (parallel workers
   would fight over one), written to ENV_METRICS_PORT and to the pod's ANNOTATION_PORT
   annotation, where the operator looks when it scrapes progress (a port mapping, as a runtime's);
+- every pod shares 127.0.0.1, where a cluster gives each its own IP, so a Service port that targets
+  a pod's serving port (named `http`) gets a free local port of its own: the server's `--port`
+  argument is rewritten to it, and a client's `<service>.<namespace>.svc:<port>` reaches it (two
+  InferenceBenches at once would otherwise both bind 8000, each client reaching either server);
 - the termination-message path maps to a file in the work directory;
 - a pod reaches the API server as its own ServiceAccount, like a kubelet-mounted token: the
   executor requests a token bound to the pod (TokenRequest) and hands the pod a kubeconfig with it
@@ -61,6 +65,7 @@ from accelbench.api.contract import (
     ENV_TERMINATION_LOG,
     METRICS_PORT_NAME,
 )
+from accelbench.render.inference import SERVER_PORT_NAME
 
 LOG = logging.getLogger("localexec")
 REPO = Path(__file__).resolve().parents[1]
@@ -68,6 +73,12 @@ DEFAULT_NODE = "local-exec-0"
 TERMINATION_LIMIT = 4096  # what the kubelet keeps of a termination message
 FALLBACK_LOG_LINES = 80
 SVC_HOST = re.compile(r"\b[a-z0-9]([-a-z0-9.]*[a-z0-9])?\.svc(\.cluster\.local)?\b")
+# `<service>.<namespace>.svc:<port>` exactly (not a pod's `<pod>.<service>.<namespace>.svc`).
+SERVICE_ADDRESS = re.compile(
+    r"(?<![-\w.])([a-z0-9](?:[-a-z0-9]*[a-z0-9])?)\.([a-z0-9](?:[-a-z0-9]*[a-z0-9])?)\.svc"
+    r"(?:\.cluster\.local)?:(\d+)\b"
+)
+SERVICE_WAIT_S = 10.0  # a serving pod may start a moment before the operator's Service exists
 FIELD_ANNOTATION = re.compile(r"metadata\.(annotations|labels)\['([^']+)'\]")
 
 
@@ -132,6 +143,7 @@ def container_env(
     kubeconfig: str | None = None,
     read_data: DataReader | None = None,
     paths: dict[str, str] | None = None,
+    services: Callable[[str], str] = lambda value: value,
 ) -> dict[str, str]:
     """The pod's environment; `kubeconfig` holds its own ServiceAccount token (None: no API access).
 
@@ -153,7 +165,7 @@ def container_env(
     for item in container.get("env") or []:
         source = item.get("valueFrom") or {}
         if "value" in item:
-            env[item["name"]] = remap(localize(str(item["value"])), paths or {})
+            env[item["name"]] = remap(localize(services(str(item["value"]))), paths or {})
         elif "fieldRef" in source:
             env[item["name"]] = resolve_field(pod, source["fieldRef"]["fieldPath"])
         elif ("secretKeyRef" in source or "configMapKeyRef" in source) and read_data is not None:
@@ -178,6 +190,17 @@ def container_env(
     env["POD_NAME"] = pod["metadata"]["name"]
     env.setdefault(ENV_POD_NAMESPACE, pod["metadata"]["namespace"])
     return env
+
+
+def listen_on(argv: list[str], declared: int, local: int) -> list[str]:
+    """The server's `--port <declared>` (or `--port=<declared>`) as the local port."""
+    out = list(argv)
+    for i, arg in enumerate(out):
+        if arg == str(declared) and i and out[i - 1].lstrip("-").endswith("port"):
+            out[i] = str(local)
+        elif "=" in arg and arg.startswith("-") and arg.endswith(f"port={declared}"):
+            out[i] = f"{arg.rpartition('=')[0]}={local}"
+    return out
 
 
 def free_port() -> int:
@@ -297,6 +320,7 @@ class Executor:
     workdir: Path
     kubeconfig: str | None = None
     running: dict[str, Running] = field(default_factory=dict)
+    service_ports: dict[tuple[str, str, int], int] = field(default_factory=dict)  # (ns, svc, port) -> local
     lock: threading.Lock = field(default_factory=threading.Lock)
     stopping: threading.Event = field(default_factory=threading.Event)
 
@@ -363,6 +387,60 @@ class Executor:
                 return None
             raise
 
+    def local_port(self, namespace: str, service: str, port: int) -> int:
+        """The local port standing for a Service's port: the same for its server and its clients."""
+        with self.lock:
+            key = (namespace, service, port)
+            if key not in self.service_ports:
+                self.service_ports[key] = free_port()
+            return self.service_ports[key]
+
+    def serves_http(self, namespace: str, name: str, port: int) -> bool:
+        """Does Service `name` have `port`, targeting a serving port (named SERVER_PORT_NAME)? A
+        Service not there yet is waited for a moment: the operator makes it with the client's Job."""
+        deadline = time.monotonic() + SERVICE_WAIT_S
+        while True:
+            try:
+                service = self.core.read_namespaced_service(name, namespace)
+                return any(
+                    p.port == port and p.target_port == SERVER_PORT_NAME for p in service.spec.ports or []
+                )
+            except ApiException as exc:
+                if exc.status != 404 or time.monotonic() > deadline or self.stopping.is_set():
+                    return False
+            time.sleep(0.5)
+
+    def reach_services(self, value: str) -> str:
+        """A client's `<svc>.<ns>.svc:<port>` of a serving Service -> 127.0.0.1:<its local port>."""
+
+        def address(match: re.Match[str]) -> str:
+            service, namespace, port = match.group(1), match.group(2), int(match.group(3))
+            if not self.serves_http(namespace, service, port):
+                return match.group(0)
+            return f"127.0.0.1:{self.local_port(namespace, service, port)}"
+
+        return SERVICE_ADDRESS.sub(address, value) if ".svc" in value else value
+
+    def serving_port(self, pod: dict[str, Any], container: dict[str, Any]) -> tuple[int, int] | None:
+        """(containerPort, local port) of a container's serving port that a Service targets."""
+        declared = [p for p in container.get("ports") or [] if p.get("name") == SERVER_PORT_NAME]
+        if not declared:
+            return None
+        namespace, labels = pod["metadata"]["namespace"], pod["metadata"].get("labels") or {}
+        deadline = time.monotonic() + SERVICE_WAIT_S
+        while True:
+            for service in self.core.list_namespaced_service(namespace).items:
+                selector = service.spec.selector or {}
+                if not selector or any(labels.get(k) != v for k, v in selector.items()):
+                    continue
+                for p in service.spec.ports or []:
+                    if p.target_port == SERVER_PORT_NAME:
+                        local = self.local_port(namespace, service.metadata.name, p.port)
+                        return int(declared[0]["containerPort"]), local
+            if time.monotonic() > deadline or self.stopping.is_set():
+                return None
+            time.sleep(0.5)
+
     def start(self, pod: dict[str, Any]) -> None:
         key = name_of(pod)
         podir = self.workdir / pod["metadata"]["namespace"] / pod["metadata"]["name"]
@@ -385,14 +463,19 @@ class Executor:
         paths = mounted_paths(pod, container, podir)
         try:
             kubeconfig = self.pod_kubeconfig(pod, podir)
-            env = container_env(pod, container, run.termination_file, kubeconfig, self.read_data, paths)
+            env = container_env(
+                pod, container, run.termination_file, kubeconfig, self.read_data, paths, self.reach_services
+            )
+            serving = self.serving_port(pod, container)
         except (ConfigError, ApiException) as exc:
             return f"CreateContainerConfigError: {exc}"
         if any(p.get("name") == METRICS_PORT_NAME for p in container.get("ports") or []):
             port = free_port()
             env[ENV_METRICS_PORT] = str(port)
             self.patch_annotations(pod, {ANNOTATION_PORT: str(port)})
-        argv = [remap(localize(a), paths) for a in argv]
+        argv = [remap(localize(self.reach_services(a)), paths) for a in argv]
+        if serving is not None:
+            argv = listen_on(argv, *serving)
         if argv[0] == "python":
             argv[0] = sys.executable  # the project's environment, whatever `python` is on PATH
         with run.log_file.open("wb") as log:

@@ -6,7 +6,12 @@ kstatus conditions say when it is done."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +19,7 @@ import pytest
 import yaml
 from e2e_env import Env, wait_for
 
+from accelbench.api.contract import ENV_OPERATOR_CLUSTER_NAME
 from accelbench.workers.testing import make_chat_dataset, make_tiny_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,6 +32,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return {
         "model": str(make_tiny_model(base / "model", family="llama")),
         "data": str(make_chat_dataset(base / "chat.jsonl", n=48)),
+        "out": str(base / "out"),
     }
 
 
@@ -34,16 +41,21 @@ def demo(tiny: dict[str, str]) -> dict[str, Any]:
     spec = body["spec"]
     spec["finetune"]["template"]["model"]["uri"] = tiny["model"]
     spec["finetune"]["template"]["dataset"]["uri"] = tiny["data"]
-    spec["inference"]["template"]["model"]["uri"] = tiny["model"]
+    spec["finetune"]["template"]["output"]["uri"] = tiny["out"]  # served by the inference cells
+    spec["inference"]["template"]["model"]["uri"] = tiny["model"]  # replaced by the trained model
     return body
 
 
-def runs(env: Env) -> dict[str, tuple[str, str | None]]:
+def runs(env: Env, campaign: str = "cpu-demo") -> dict[str, tuple[str, str | None]]:
     """name -> (uid, phase) of every run the campaign made."""
     found = {}
     for plural in ("finetunejobs", "inferencebenches"):
         listed = env.custom.list_namespaced_custom_object(
-            "accelbench.io", "v1alpha1", "default", plural, label_selector="accelbench.io/campaign=cpu-demo"
+            "accelbench.io",
+            "v1alpha1",
+            "default",
+            plural,
+            label_selector=f"accelbench.io/campaign={campaign}",
         )
         for item in listed["items"]:
             found[item["metadata"]["name"]] = (
@@ -57,6 +69,31 @@ def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
     return next((c for c in obj.get("status", {}).get("conditions", []) if c["type"] == type_), {})
 
 
+RECORD_DIR = os.environ.get("ACCELBENCH_RECORD_ARGOCD")  # set: the campaign objects the Argo CD tests read
+
+
+def record(obj: dict[str, Any], name: str) -> None:
+    """Keep the campaign as the apiserver returned it (tests/unit/recorded/argocd), when asked to."""
+    if RECORD_DIR:
+        kept = {**obj, "metadata": {k: v for k, v in obj["metadata"].items() if k != "managedFields"}}
+        (Path(RECORD_DIR) / f"{name}.json").write_text(json.dumps(kept, indent=1, sort_keys=True) + "\n")
+
+
+def restart_operator(env: Env) -> None:
+    env.operator.process.kill()  # type: ignore[union-attr]
+    env.operator.process.wait()  # type: ignore[union-attr]
+    time.sleep(2)
+    env.operator.start()
+
+
+def kill_twice(env: Env, watch: Callable[[], None], finished: set[str]) -> None:
+    """Kill the operator (SIGKILL, mid-work) once a cell has finished, twice."""
+    for _ in range(2):
+        target = len(finished) + 1
+        wait_for(lambda t=target: (watch(), len(finished) >= t)[1], timeout=300, what="a cell done")
+        restart_operator(env)
+
+
 def test_the_cpu_campaign_runs_every_cell_once_through_operator_kills(env: Env, tiny: dict[str, str]) -> None:
     env.apply(demo(tiny))
     seen: dict[str, str] = {}  # run name -> the one UID it ever had
@@ -68,15 +105,7 @@ def test_the_cpu_campaign_runs_every_cell_once_through_operator_kills(env: Env, 
             if phase in ("Succeeded", "Failed"):
                 finished_before_kill.add(name)
 
-    for _ in range(2):  # kill the operator once a cell has finished, twice
-        target = len(finished_before_kill) + 1
-        wait_for(
-            lambda t=target: (watch(), len(finished_before_kill) >= t)[1], timeout=300, what="a cell done"
-        )
-        env.operator.process.kill()  # type: ignore[union-attr]
-        env.operator.process.wait()  # type: ignore[union-attr]
-        time.sleep(2)
-        env.operator.start()
+    kill_twice(env, watch, finished_before_kill)
 
     obj = wait_for(
         lambda: (
@@ -86,6 +115,7 @@ def test_the_cpu_campaign_runs_every_cell_once_through_operator_kills(env: Env, 
         timeout=600,
         what="the campaign finished",
     )
+    record(obj, "benchcampaign-finished")
     status = obj["status"]
     assert status["totals"]["cells"] == 6 and status["totals"]["succeeded"] == 6, status["totals"]
     assert len(seen) == 6  # one run per cell, never a second
@@ -109,3 +139,161 @@ def test_the_cpu_campaign_runs_every_cell_once_through_operator_kills(env: Env, 
     env.apply(body)
     wait_for(lambda: len(runs(env)) == 7, timeout=60, what="the one new cell's run")
     assert {n: u for n, (u, _) in runs(env).items() if n in seen} == seen
+
+
+# ----------------------------------------------------------------------------- at the budget
+BUDGET_USD = 1.0
+PAID = {"source": "custom", "dollarsPerChipHour": 36.0}  # a CPU "chip" at an H100 node's price per chip
+FREE = {"source": "catalog"}  # the catalog's local CPU: $0
+BUCKET = "accelbench-campaigns"
+CLUSTER = "local-e2e"
+CLI = str(Path(sys.executable).parent / "accelbench")
+
+
+@pytest.fixture(scope="module")
+def store(env: Env, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The S3 store (versitygw on loopback) the campaign's results artifact goes to; the operator
+    runs with the store's endpoint and keys, as the chart's extraEnv would give it."""
+    sys.path.insert(0, str(ROOT / "hack"))
+    import objectstores
+
+    running = objectstores.start_object_stores(tmp_path_factory.mktemp("campaign-stores"))
+    saved = dict(env.operator.extra_env)
+    try:
+        running.create_bucket(f"s3://{BUCKET}")
+        env.operator.extra_env.update({**running.env(), ENV_OPERATOR_CLUSTER_NAME: CLUSTER})
+        restart_operator(env)
+        yield running
+    finally:
+        env.operator.extra_env.clear()
+        env.operator.extra_env.update(saved)
+        restart_operator(env)
+        running.stop()
+
+
+def budget_study(tiny: dict[str, str]) -> dict[str, Any]:
+    """Twelve cells: eight fine-tunes (2 sequence lengths x 2 ranks x a free and a paid price) and
+    four benches (2 output lengths x 2 of the free models, each serving what its cell trained)."""
+    body = demo(tiny)
+    body["metadata"] = {"name": "budget-study", "namespace": "default"}
+    spec = body["spec"]
+    training = spec["finetune"]["template"]
+    training["training"]["maxSteps"] = 4
+    training["activeDeadlineSeconds"] = 300  # the most a cell may take: reserved whole before any ran
+    training["output"]["uri"] = f"{tiny['out']}-budget"
+    spec["finetune"]["matrix"] = {
+        "axes": {"training.seqLength": [64, 128], "method.rank": [4, 8], "pricing": [FREE, PAID]}
+    }
+    spec.pop("fromFinetune", None)
+    spec["inference"]["matrix"] = {
+        "axes": {
+            "workload.outputLength": [8, 16],
+            "fromFinetune": [
+                {"training.seqLength": 64, "method.rank": 4, "pricing": FREE},
+                {"training.seqLength": 128, "method.rank": 8, "pricing": FREE},
+            ],
+        }
+    }
+    spec["budget"] = {"maxUSD": BUDGET_USD}
+    spec["maxConcurrent"] = 2
+    spec["artifactUri"] = f"s3://{BUCKET}/campaigns"
+    return body
+
+
+def test_a_twelve_cell_campaign_stops_at_its_budget_through_kills_and_reports_every_row(
+    env: Env, tiny: dict[str, str], store: Any, tmp_path: Path
+) -> None:
+    """Before any cell ran, a paid cell would reserve its whole 300 s deadline ($3): it waits. Once a
+    free cell finished, its measured time projects the paid ones (a few cents a second), which run
+    one or two at a time within the $1 left, each with the deadline its share allows, until the next
+    would pass the budget: the campaign stops there (Stalled), with every row in status, in the
+    results artifact in S3 and in the HTML report."""
+    env.apply(budget_study(tiny))
+    seen: dict[str, str] = {}
+    finished: set[str] = set()
+
+    def watch() -> None:
+        for name, (uid, phase) in runs(env, "budget-study").items():
+            assert seen.setdefault(name, uid) == uid, f"{name} was made twice"
+            if phase in ("Succeeded", "Failed"):
+                finished.add(name)
+        running_kept = RECORD_DIR and (Path(RECORD_DIR) / "benchcampaign-running.json").exists()
+        if RECORD_DIR and finished and not running_kept:
+            o = env.get(PLURAL, "budget-study")
+            if o.get("status", {}).get("phase") == "Running":
+                record(o, "benchcampaign-running")
+
+    kill_twice(env, watch, finished)
+
+    def stopped() -> dict[str, Any] | None:
+        watch()
+        o = env.get(PLURAL, "budget-study")
+        settled = o.get("status", {}).get("phase") in ("Stalled", "Finished")
+        return o if settled and condition(o, "ArtifactWritten") else None
+
+    obj = wait_for(stopped, timeout=900, what="the campaign stopped at its budget, its artifact written")
+    record(obj, "benchcampaign-budget-reached")
+    status = obj["status"]
+    totals = status["totals"]
+    rows = {r["name"]: r for r in status["cells"]}
+    paid = {n: r for n, r in rows.items() if json.loads(r["values"]).get("pricing") == PAID}
+    free_training = {n for n, r in rows.items() if r["kind"] == "FinetuneJob" and n not in paid}
+    assert totals["cells"] == 12 and len(rows) == 12 and len(paid) == 4, totals
+    assert status["phase"] == "Stalled" and status["message"].startswith("budget reached"), status["message"]
+    assert (condition(obj, "Stalled")["status"], condition(obj, "Ready")["status"]) == ("True", "False")
+    # Never over the cap (cost is metered to the second, so allow a second's rounding per paid run).
+    assert totals["dollars"] <= BUDGET_USD + 0.01 * len(paid), totals
+    made_paid = [n for n in paid if n in seen]
+    assert made_paid, f"no paid cell ran once a measured cell projected it: {status['waiting']}"
+    held = [n for n in paid if n not in seen]
+    assert held and all("past maxUSD" in status["waiting"][n] for n in held), status["waiting"]
+    assert set(status["waiting"]) == set(held), status["waiting"]  # nothing else waits any more
+    for name in made_paid:  # each stopped by its budget deadline at worst, never by anything else
+        assert rows[name]["phase"] == "Succeeded" or rows[name].get("reason") == "DeadlineExceeded", rows[
+            name
+        ]
+    # Every free cell ran once, and each bench served the model its training cell wrote.
+    assert set(seen) == set(rows) - set(held)
+    assert all(rows[n]["phase"] == "Succeeded" for n in free_training), [rows[n] for n in free_training]
+    for name, row in rows.items():
+        if row["kind"] != "InferenceBench":
+            continue
+        assert row["phase"] == "Succeeded", row
+        bench, trained = env.get("inferencebenches", name), env.get("finetunejobs", row["modelFrom"])
+        assert row["modelFrom"] in free_training
+        assert bench["spec"]["model"]["uri"] == trained["spec"]["output"]["uri"], bench["spec"]["model"]
+
+    # The results artifact: in the bucket, named in status, and said so in a condition.
+    uri = f"s3://{BUCKET}/campaigns/budget-study.json"
+    assert status["artifact"] == uri and condition(obj, "ArtifactWritten")["status"] == "True"
+    document = json.loads(store.object_file(uri).read_text())
+    assert document["kind"] == "BenchCampaignResults" and document["metadata"]["cluster"] == CLUSTER
+    assert {r["name"] for r in document["status"]["cells"]} == set(rows)
+
+    # The report, from the cluster and from the artifact, names every row; compare reads the artifact.
+    cli_env = {**os.environ, **store.env(), "KUBECONFIG": str(env.cluster.kubeconfig)}
+    for source, out in (
+        (["--campaign", "budget-study", "-n", "default"], tmp_path / "from-cluster"),
+        ([uri], tmp_path / "from-artifact"),
+    ):
+        done = subprocess.run(
+            [CLI, "report", *source, "--out", str(out)],
+            capture_output=True,
+            text=True,
+            env=cli_env,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        page = (out / "index.html").read_text()
+        assert all(name in page for name in rows), [n for n in rows if n not in page]
+    compared = subprocess.run(
+        [CLI, "compare", "--artifact", uri, "-o", "json"],
+        capture_output=True,
+        text=True,
+        env=cli_env,
+        timeout=120,
+    )
+    assert compared.returncode == 0, compared.stdout + compared.stderr
+    from_artifact = {r["name"] for r in json.loads(compared.stdout) if r["cluster"] == CLUSTER}
+    succeeded = {n for n, r in rows.items() if r["phase"] == "Succeeded"}
+    assert succeeded <= from_artifact <= set(seen), (succeeded, from_artifact)

@@ -82,6 +82,20 @@ def test_a_generation_the_operator_has_not_seen_is_progressing() -> None:
     assert health(ARGOCD / "health-run.lua", {"metadata": {"name": "new"}})[0] == "Progressing"
 
 
+CAMPAIGN_CASES = {  # recorded by tests/e2e/test_gitops_campaign.py with ACCELBENCH_RECORD_ARGOCD set
+    "benchcampaign-running": "Progressing",
+    "benchcampaign-finished": "Healthy",
+    "benchcampaign-budget-reached": "Degraded",  # Stalled: it cannot go on without a larger budget
+}
+
+
+@pytest.mark.parametrize(("name", "expected"), sorted(CAMPAIGN_CASES.items()))
+def test_a_recorded_campaign_is_healthy_only_once_every_cell_ended(name: str, expected: str) -> None:
+    status, message = health(ARGOCD / "health-campaign.lua", recorded(name))
+    assert status == expected, (name, status, message)
+    assert message
+
+
 @pytest.mark.parametrize(
     ("conditions", "expected"),
     [

@@ -8,11 +8,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from accelbench.api import parse_resource
 from accelbench.api.campaign import BenchCampaign
-from accelbench.campaign.plan import plan_campaign
+from accelbench.campaign.plan import measured_runs, plan_campaign
+from accelbench.campaign.projection import Projection, project
 from accelbench.catalog import load_catalog
 from accelbench.plan import plan_for
 
@@ -471,3 +473,34 @@ def test_a_settled_campaign_writes_its_results_artifact_once_and_says_so(tmp_pat
         and "blocked" in written["message"]
     )
     assert outcome.requeue_after == 60.0
+
+
+def test_a_measured_cell_projects_its_siblings_scaled_up_by_their_work_never_down() -> None:
+    """What a finished cell took is the projection for its siblings on the same accelerator: a cell
+    with twice the tokens projects twice the time, one with half keeps the measured time (a small
+    run's time is mostly start-up), and the budget's deadline leaves at least a minute of slack."""
+    demo = campaign("cpu-demo", maxConcurrent=None)
+    cells = {
+        m["spec"]["training"]["seqLength"] * 100 + m["spec"]["method"]["rank"]: m
+        for m in plan_campaign(demo, [], CATALOG, NOW).create
+    }
+    short, long = cells[64 * 100 + 8], cells[128 * 100 + 8]
+    ran = finished(short)  # 0.01 h: 36 s
+    measured = measured_runs([ran], CATALOG)
+    assert list(measured) == [("FinetuneJob", "cpu")]
+
+    def projection(manifest: dict[str, Any]) -> Projection:
+        resource = parse_resource(manifest)
+        out = project(resource, plan_for(resource, CATALOG), measured)
+        assert out is not None and out.basis.startswith("measured: 1 finished FinetuneJob(s) on cpu")
+        return out
+
+    assert projection(long).hours == pytest.approx(0.02)  # twice the tokens
+    assert projection(short).hours == pytest.approx(0.01)
+    smaller = copy.deepcopy(short)
+    smaller["spec"]["training"]["maxSteps"] //= 2
+    slow = projection(smaller)
+    assert slow.hours == pytest.approx(0.01)  # half the work: not less than measured
+    assert slow.hours * slow.headroom == pytest.approx(60 / 3600)  # a minute past 36 s, not 18 s
+    # A failed run measures nothing: the prior (or the deadline) stays.
+    assert measured_runs([finished(short, phase="Failed")], CATALOG) == {}

@@ -845,3 +845,15 @@ def test_kstatus_conditions_follow_the_phase(
     )
     first = kstatus_conditions(status, 4, NOW)
     assert again == first  # nothing changed: no write, the transition times stay
+
+
+def test_a_status_computed_whole_deletes_the_map_keys_it_no_longer_has() -> None:
+    """A merge patch merges maps: a campaign's `waiting` once kept every cell that ever waited."""
+    current = {"waiting": {"a": "maxConcurrent 2", "b": "budget"}, "totals": {"cells": 2, "running": 1}}
+    desired = {"waiting": {"b": "budget"}, "totals": {"cells": 2, "running": 0}}
+    assert status_patch(current, desired, whole_maps=True) == {
+        "waiting": {"a": None, "b": "budget"},
+        "totals": {"cells": 2, "running": 0},
+    }
+    assert status_patch(current, desired) == desired  # a run's status: maps merged as before
+    assert status_patch(current, {"waiting": {}}, whole_maps=True) == {"waiting": {"a": None, "b": None}}

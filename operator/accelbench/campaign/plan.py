@@ -23,7 +23,7 @@ from ..plan import plan_for
 from ..plan.pricing import is_unpriced
 from .budget import Candidate, Limits, Started, admit
 from .matrix import Cell, MatrixError, apply_assignment, cells_of
-from .projection import project, unprojectable
+from .projection import Measured, project, unprojectable, work_of
 from .results import Conclusions, conclude, selects
 
 TERMINAL = (Phase.SUCCEEDED.value, Phase.FAILED.value)
@@ -202,6 +202,28 @@ def _selection(campaign: BenchCampaign, cell: Cell) -> dict[str, Any] | None:
     return arm.from_finetune if arm is not None else None
 
 
+def measured_runs(
+    runs: Sequence[Mapping[str, Any]], catalog: Catalog
+) -> dict[tuple[str, str], list[Measured]]:
+    """What the succeeded cells took, and their work: the projection for their siblings on the same
+    accelerator."""
+    measured: dict[tuple[str, str], list[Measured]] = {}
+    for run in runs:
+        status = run.get("status") or {}
+        hours = _f((status.get("cost") or {}).get("hours"))
+        if status.get("phase") != Phase.SUCCEEDED.value or not hours or not run.get("kind"):
+            continue
+        try:
+            resource = parse_resource({k: v for k, v in run.items() if k != "status"})  # its spec
+            plan = plan_for(resource, catalog)
+        except (ValueError, KeyError):
+            continue  # a run edited out of shape by hand: it projects nothing
+        measured.setdefault((resource.kind, plan.accelerator), []).append(
+            Measured(hours, work_of(resource, plan))
+        )
+    return measured
+
+
 def plan_campaign(
     campaign: BenchCampaign,
     runs: Sequence[Mapping[str, Any]],
@@ -221,17 +243,7 @@ def plan_campaign(
             out.invalid[f"{kind} matrix"] = str(exc)
     trained = [(c, t) for c, t in cells if c.kind == FinetuneJob.KIND]
 
-    # What finished cells took: the projection for their siblings on the same accelerator.
-    measured: dict[tuple[str, str], float] = {}
-    for run in runs:
-        status = run.get("status") or {}
-        hours, accel = (
-            _f((status.get("cost") or {}).get("hours")),
-            (status.get("plan") or {}).get("accelerator"),
-        )
-        if status.get("phase") == Phase.SUCCEEDED.value and hours and run.get("kind"):
-            accelerator = str((run.get("spec") or {}).get("accelerator", {}).get("type") or accel)
-            measured.setdefault((str(run["kind"]), accelerator), hours)
+    measured = measured_runs(runs, catalog)
 
     budget = campaign.spec.budget
     budgeted = budget.max_usd is not None or budget.max_chip_hours is not None

@@ -1,17 +1,18 @@
 """How long a campaign cell will hold its chips, before it runs. Pure.
 
-In order of trust: what a finished cell of the same kind on the same accelerator took in this
-campaign (measured); for fine-tuning, the tokens it trains at a prior MFU on the chips' peak; for a
-bench, its requests at a prior time per output token; else the run's own activeDeadlineSeconds,
-reserved whole (the most it can cost). The deadline also caps the others. Without any of these
-there is no projection, and a campaign with a budget does not start the cell (it says why): a
-guess would either overspend or stop a paid run early. Each projection says what it rests on, and
+In order of trust: what the finished cells of the same kind on the same accelerator took in this
+campaign (measured: the longest of them, scaled up by how much more work this cell has, never
+down, since a small run's time is mostly start-up); for fine-tuning, the tokens it trains at a
+prior MFU on the chips' peak; for a bench, its requests at a prior time per output token; else the
+run's own activeDeadlineSeconds, reserved whole (the most it can cost). The deadline also caps
+the others. Without any of these there is no projection, and a campaign with a budget does not
+start the cell (it says why): a guess would either overspend or stop a paid run early. Each projection says what it rests on, and
 how far the run may go past it before the budget's deadline stops it (`headroom`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..api import FinetuneJob, InferenceBench, Resource
@@ -23,6 +24,9 @@ MFU_PRIOR = 0.3  # a LoRA or full fine-tune that fits its chips; what the publis
 TPOT_PRIOR_S = 0.05  # seconds per output token per request, a loaded engine under concurrency
 # How far past its projection a run may go before its budget deadline stops it.
 HEADROOM_MEASURED = 0.5
+# ...and at least this long: a measured minute-long run can take twice that on a busy node, while a
+# minute is noise beside a real run's hours.
+MIN_SLACK_HOURS = 60 / 3600
 HEADROOM_PRIOR = 2.0  # priors are rough: an MFU a third of the prior still finishes
 
 
@@ -33,16 +37,50 @@ class Projection:
     headroom: float = 0.0  # fraction of `hours` the run may add before its budget deadline
 
 
-def project(
-    resource: Resource, plan: Plan, measured: Mapping[tuple[str, str], float] | None = None
-) -> Projection | None:
-    """`measured`: (kind, accelerator) -> hours a finished cell of this campaign took."""
-    known = (measured or {}).get((resource.kind, plan.accelerator))
+@dataclass(frozen=True)
+class Measured:
+    """A finished cell of this campaign: the hours it held its chips, and its work (`work_of`)."""
+
+    hours: float
+    work: float | None = None
+
+
+MeasuredRuns = Mapping[tuple[str, str], Sequence[Measured]]  # (kind, accelerator) -> finished cells
+
+
+def work_of(resource: Resource, plan: Plan) -> float | None:
+    """What a run has to do per chip, in a unit only compared within one kind: a fine-tune's
+    parameter-tokens, a bench's sweep time at the prior. None when it cannot be told."""
+    if isinstance(resource, FinetuneJob):
+        training = resource.spec.training
+        if training.max_steps is None:
+            return None
+        try:
+            parameters = resolve_model_shape(resource.spec.model).parameters
+        except CatalogError:
+            return None
+        tokens = training.max_steps * training.global_batch_size * training.seq_length
+        return parameters * tokens / max(plan.chips, 1)
+    if isinstance(resource, InferenceBench):
+        return _bench_seconds(resource)
+    return None
+
+
+def _from_measured(resource: Resource, plan: Plan, siblings: Sequence[Measured]) -> Projection:
+    work = work_of(resource, plan)
+    hours = max(
+        m.hours * max(1.0, work / m.work) if work is not None and m.work else m.hours for m in siblings
+    )
+    basis = f"measured: {len(siblings)} finished {resource.kind}(s) on {plan.accelerator}"
+    return Projection(hours, basis, max(HEADROOM_MEASURED, MIN_SLACK_HOURS / hours) if hours else 0.0)
+
+
+def project(resource: Resource, plan: Plan, measured: MeasuredRuns | None = None) -> Projection | None:
+    siblings = (measured or {}).get((resource.kind, plan.accelerator))
     deadline = resource.spec.active_deadline_seconds
     projection: Projection | None
-    if known is not None:
-        basis = f"measured: a finished {resource.kind} on {plan.accelerator}"
-        projection = Projection(known, basis, HEADROOM_MEASURED)
+    if siblings:
+        projection = _from_measured(resource, plan, siblings)
     elif isinstance(resource, FinetuneJob):
         projection = _finetune_prior(resource, plan)
     elif isinstance(resource, InferenceBench):
@@ -86,15 +124,21 @@ def _finetune_prior(job: FinetuneJob, plan: Plan) -> Projection | None:
     )
 
 
-def _bench_prior(bench: InferenceBench) -> Projection:
+def _bench_seconds(bench: InferenceBench) -> float:
     work = bench.spec.workload
     per_point = work.requests_per_point or 0
     levels = [*work.concurrency, *([1] * len(work.request_rates))] or [1]
-    seconds = sum(
+    return sum(
         max(per_point, 4 * level) * work.output_length * TPOT_PRIOR_S / level
         for _ in work.input_lengths
         for level in levels
     )
+
+
+def _bench_prior(bench: InferenceBench) -> Projection:
+    work = bench.spec.workload
+    levels = [*work.concurrency, *([1] * len(work.request_rates))] or [1]
+    seconds = _bench_seconds(bench)
     return Projection(
         STARTUP_HOURS + seconds / 3600,
         f"prior: {len(work.input_lengths) * len(levels)} sweep points "

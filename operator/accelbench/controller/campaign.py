@@ -191,5 +191,5 @@ def reconcile_campaign(snap: Snapshot, state: ControllerState, now: datetime) ->
             elif desired.get("phase") == "Stalled":
                 outcome = Outcome("campaign", requeue_after=STALLED_PASS_S)
     desired["conditions"] = campaign_conditions({**stored, **desired}, generation, now, artifact)
-    patch = status_patch(stored, desired)
+    patch = status_patch(stored, desired, whole_maps=True)  # waiting, winners: cells come and go
     return write_status(state, snap.key, body, patch) or outcome

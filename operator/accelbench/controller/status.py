@@ -296,13 +296,25 @@ def kstatus_conditions(status: Mapping[str, Any], generation: int | None, now: d
     return {"conditions": conditions_to_wire(merged)}
 
 
-def status_patch(current: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any]:
-    """Only the top-level fields that changed; None values are kept (they delete in a merge patch)."""
+def status_patch(
+    current: Mapping[str, Any], desired: Mapping[str, Any], whole_maps: bool = False
+) -> dict[str, Any]:
+    """Only the top-level fields that changed; None values are kept (they delete in a merge patch).
+    A merge patch merges maps key by key, so with `whole_maps` (a status computed whole each pass,
+    as a campaign's is) a changed map also deletes the keys it no longer has."""
     return {
-        key: value
+        key: _replacing(current.get(key), value) if whole_maps else value
         for key, value in desired.items()
         if current.get(key) != value and not (value is None and current.get(key) is None)
     }
+
+
+def _replacing(current: Any, desired: Any) -> Any:
+    """`desired` as a merge patch over `current` that leaves exactly `desired`."""
+    if not isinstance(current, Mapping) or not isinstance(desired, Mapping):
+        return desired
+    gone = {key: None for key in current if key not in desired}
+    return {**gone, **{key: _replacing(current.get(key), value) for key, value in desired.items()}}
 
 
 def needs_ingest(current: Mapping[str, Any]) -> bool:

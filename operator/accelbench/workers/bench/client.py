@@ -22,12 +22,18 @@ JSON_HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream
 # Long prompts are large uploads and some engines send big chunks; 1 MiB reads keep the number of
 # read calls per request small (aiohttp's default buffer is 64 KiB).
 READ_BUFFER_BYTES = 1 << 20
+# Under the servers' own idle timeout (uvicorn's 5 s, which vLLM and transformers serve run under): a
+# pooled connection idle longer is dropped here rather than reused just as the server closes it,
+# which loses the request to a reset (seen between the set-up probes on a busy node).
+KEEPALIVE_S = 4.0
 
 
 def make_session(pool_size: int, timeout_s: float | None = None) -> aiohttp.ClientSession:
     """A session whose pool holds `pool_size` connections (0 = no limit, for open loop: a pool
     limit there would queue requests in the client, hidden from the server's latencies)."""
-    connector = aiohttp.TCPConnector(limit=pool_size, limit_per_host=0, ttl_dns_cache=None)
+    connector = aiohttp.TCPConnector(
+        limit=pool_size, limit_per_host=0, ttl_dns_cache=None, keepalive_timeout=KEEPALIVE_S
+    )
     return aiohttp.ClientSession(
         connector=connector,
         timeout=aiohttp.ClientTimeout(total=timeout_s),
@@ -171,6 +177,14 @@ async def discover_model(session: aiohttp.ClientSession, base_url: str) -> str:
 
 async def probe(session: aiohttp.ClientSession, url: str, body: dict) -> tuple[int, str]:
     """One small request; (status, start of the body). Used to find which optional fields the
-    server refuses before any measurement."""
+    server refuses before any measurement. A connection the server closed under it is retried once
+    on a fresh one (the probe changes nothing on the server)."""
+    try:
+        return await _post_once(session, url, body)
+    except (aiohttp.ClientConnectionResetError, aiohttp.ServerDisconnectedError):
+        return await _post_once(session, url, body)
+
+
+async def _post_once(session: aiohttp.ClientSession, url: str, body: dict) -> tuple[int, str]:
     async with session.post(url, json=body) as resp:
         return resp.status, (await resp.text())[:500]
