@@ -6,8 +6,9 @@ down, since a small run's time is mostly start-up); for fine-tuning, the tokens 
 prior MFU on the chips' peak; for a bench, its requests at a prior time per output token; else the
 run's own activeDeadlineSeconds, reserved whole (the most it can cost). The deadline also caps
 the others. Without any of these there is no projection, and a campaign with a budget does not
-start the cell (it says why): a guess would either overspend or stop a paid run early. Each projection says what it rests on, and
-how far the run may go past it before the budget's deadline stops it (`headroom`).
+start the cell (it says why): a guess would either overspend or stop a paid run early. Each
+projection says what it rests on, and how far the run may go past it before the budget's deadline
+stops it (`headroom`).
 """
 
 from __future__ import annotations
