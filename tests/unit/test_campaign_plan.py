@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
+from campaign_fixtures import by_accelerator, run_of
 
 from accelbench.api import parse_resource
 from accelbench.api.campaign import BenchCampaign
@@ -168,33 +169,6 @@ def test_the_budget_holds_what_it_cannot_pay_for_and_the_campaign_says_it_is_sta
     priced.spec.finetune.matrix.axes["accelerator"] = priced.spec.finetune.matrix.axes["accelerator"][:2]
     kinds = sorted(m["spec"]["accelerator"]["type"] for m in plan_campaign(priced, [], CATALOG, NOW).create)
     assert kinds == ["gaudi3", "h100", "tpu-v5p"]
-
-
-def run_of(
-    manifest: dict[str, Any],
-    phase: str = "Succeeded",
-    dollars: float = 1.0,
-    chips: int = 1,
-    price: float = 1.0,
-    **results: Any,
-) -> dict[str, Any]:
-    run = copy.deepcopy(manifest)
-    run["status"] = {
-        "phase": phase,
-        "accelerator": manifest["spec"]["accelerator"]["type"],
-        "cost": {
-            "dollars": dollars,
-            "chips": chips,
-            "hours": dollars / (chips * price),
-            "dollarsPerChipHour": price,
-        },
-        "results": results,
-    }
-    return run
-
-
-def by_accelerator(manifests: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
-    return {m["spec"]["accelerator"]["type"]: m for m in manifests if m["kind"] == kind}
 
 
 def test_a_serving_cell_serves_what_its_training_cell_wrote_and_tco_reproduces_the_study() -> None:

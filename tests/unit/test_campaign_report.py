@@ -6,7 +6,6 @@ on 2xH100, serving at $21.52/h on v6e-8 and $22.12/h on 2xH100), then campaign/a
 
 from __future__ import annotations
 
-import copy
 import html
 import json
 import struct
@@ -16,6 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
+from campaign_fixtures import by_accelerator, run_of
 
 from accelbench.api.campaign import BenchCampaign
 from accelbench.campaign.artifact import artifact_document
@@ -50,30 +50,6 @@ def study(**spec: Any) -> BenchCampaign:
     return BenchCampaign.model_validate(body)
 
 
-def run_of(
-    manifest: dict[str, Any],
-    phase: str = "Succeeded",
-    dollars: float = 1.0,
-    chips: int = 1,
-    price: float = 1.0,
-    **results: Any,
-) -> dict[str, Any]:
-    """The run as the operator's status leaves it (as tests/unit/test_campaign_plan.py fakes it)."""
-    run = copy.deepcopy(manifest)
-    run["status"] = {
-        "phase": phase,
-        "accelerator": manifest["spec"]["accelerator"]["type"],
-        "cost": {
-            "dollars": dollars,
-            "chips": chips,
-            "hours": dollars / (chips * price),
-            "dollarsPerChipHour": price,
-        },
-        "results": results,
-    }
-    return run
-
-
 def sweep(accelerator: str) -> list[dict[str, Any]]:
     """status.results.cells of a serving run: attainment 0.97 up to the capacity, 0.6 past it."""
     cells = []
@@ -93,10 +69,6 @@ def sweep(accelerator: str) -> list[dict[str, Any]]:
                 }
             )
     return cells
-
-
-def by_accelerator(manifests: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
-    return {m["spec"]["accelerator"]["type"]: m for m in manifests if m["kind"] == kind}
 
 
 def finished_study(cluster: str | None = "gke") -> tuple[dict[str, Any], list[dict[str, Any]]]:

@@ -53,15 +53,8 @@ def work_of(resource: Resource, plan: Plan) -> float | None:
     """What a run has to do per chip, in a unit only compared within one kind: a fine-tune's
     parameter-tokens, a bench's sweep time at the prior. None when it cannot be told."""
     if isinstance(resource, FinetuneJob):
-        training = resource.spec.training
-        if training.max_steps is None:
-            return None
-        try:
-            parameters = resolve_model_shape(resource.spec.model).parameters
-        except CatalogError:
-            return None
-        tokens = training.max_steps * training.global_batch_size * training.seq_length
-        return parameters * tokens / max(plan.chips, 1)
+        sized = _trained(resource)
+        return None if sized is None else sized[0] * sized[1] / max(plan.chips, 1)
     if isinstance(resource, InferenceBench):
         return _bench_seconds(resource)
     return None
@@ -106,7 +99,8 @@ def unprojectable(resource: Resource) -> str:
     return "no cost projection: set activeDeadlineSeconds"
 
 
-def _finetune_prior(job: FinetuneJob, plan: Plan) -> Projection | None:
+def _trained(job: FinetuneJob) -> tuple[float, int] | None:
+    """(parameters, tokens) of a fine-tune by steps; None by epochs or with an unknown model size."""
     training = job.spec.training
     if training.max_steps is None:
         return None
@@ -114,7 +108,14 @@ def _finetune_prior(job: FinetuneJob, plan: Plan) -> Projection | None:
         parameters = resolve_model_shape(job.spec.model).parameters
     except CatalogError:
         return None
-    tokens = training.max_steps * training.global_batch_size * training.seq_length
+    return parameters, training.max_steps * training.global_batch_size * training.seq_length
+
+
+def _finetune_prior(job: FinetuneJob, plan: Plan) -> Projection | None:
+    sized = _trained(job)
+    if sized is None:
+        return None
+    parameters, tokens = sized
     flops = 6.0 * parameters * tokens  # forward + backward of a dense decoder (LoRA saves a third)
     seconds = flops / (MFU_PRIOR * plan.chips * plan.peak_tflops_per_chip * 1e12)
     return Projection(
