@@ -432,6 +432,9 @@ def test_quickstart_inference_bench_serves_measures_and_stops_the_server(
     results = obj["status"]["results"]
     assert results["cells"] and all(c["ttftP50Ms"] > 0 for c in results["cells"])
     assert results["peakOutputTokensPerSecond"] > 0
+    (by_length,) = results["capacityByInputLength"]  # one input length swept: its capacity is the run's
+    assert by_length["inputLength"] == 16 == results["capacityInputLength"], results
+    assert by_length["capacityConcurrency"] == results["capacityConcurrency"] >= 1, results
     # A finished bench's progress is its results': every cell measured (the 2 swept concurrency
     # levels, plus what the SLO capacity search added).
     progress = obj["status"]["progress"]

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from accelbench.api.status import BenchCell, BenchResults
+from accelbench.api.status import BenchCell, BenchResults, InputLengthCapacity
 from accelbench.cost import (
     capacity_throughput,
     compute_cost,
@@ -109,3 +109,23 @@ def test_serving_cost_without_capacity_leaves_capacity_empty() -> None:
     filled = with_serving_cost(results, 3.6)
     assert filled.dollars_per_million_tokens_at_capacity is None
     assert filled.dollars_per_million_tokens_at_peak == pytest.approx(10.0)
+
+
+def test_each_input_lengths_capacity_is_priced_at_its_own_throughput() -> None:
+    """The study's question, "how many long-prompt users does each setup carry, at what cost", is
+    answered per input length: a short prompt's capacity and price are not the long one's."""
+    results = _bench(
+        capacity_by_input_length=[
+            InputLengthCapacity(input_length=512, capacity_concurrency=32, output_tokens_per_second=1800.0),
+            InputLengthCapacity(input_length=4096, capacity_concurrency=8, output_tokens_per_second=540.0),
+            InputLengthCapacity(input_length=16384, capacity_concurrency=None, first_failing_concurrency=1),
+        ]
+    )
+    priced = with_serving_cost(results, 22.12).capacity_by_input_length
+    # 22.12 / (1800 x 3600) x 1e6 = 3.413580; 22.12 / (540 x 3600) x 1e6 = 11.378601
+    assert [p.dollars_per_million_tokens for p in priced] == [
+        pytest.approx(3.413580, abs=1e-6),
+        pytest.approx(11.378601, abs=1e-6),
+        None,  # no level met the SLO: no price, never $0
+    ]
+    assert [p.capacity_concurrency for p in priced] == [32, 8, None]

@@ -218,11 +218,28 @@ class BenchCell(ApiModel):
     errors: int = Field(default=0, ge=0)
 
 
+class InputLengthCapacity(ApiModel):
+    """The SLO capacity at one input length: how many concurrent users of that prompt length the
+    server carries, and what a million output tokens cost there."""
+
+    input_length: int = Field(ge=0)
+    capacity_concurrency: int | None = Field(
+        default=None, ge=1, description="Largest level meeting the SLO; empty when even the smallest failed."
+    )
+    first_failing_concurrency: int | None = Field(default=None, ge=1)
+    binding_constraint: str | None = None
+    output_tokens_per_second: float | None = Field(default=None, ge=0, description="At capacity.")
+    dollars_per_million_tokens: float | None = Field(default=None, ge=0, description="At capacity.")
+
+
 class BenchResults(ApiModel):
     cells: list[BenchCell] = Field(default_factory=list)
     capacity_concurrency: int | None = Field(default=None, ge=1, description="Largest level meeting the SLO.")
     capacity_input_length: int | None = Field(
         default=None, description="The input length the capacity is for (the longest swept)."
+    )
+    capacity_by_input_length: list[InputLengthCapacity] = Field(
+        default_factory=list, description="The SLO capacity at each input length swept, shortest first."
     )
     binding_constraint: str | None = None
     first_failing_concurrency: int | None = None

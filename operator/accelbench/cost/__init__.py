@@ -112,19 +112,35 @@ def peak_throughput(results: BenchResults) -> float | None:
 
 
 def with_serving_cost(results: BenchResults, hourly: float) -> BenchResults:
-    """The bench's results priced: $/1M output tokens at the SLO capacity and at peak.
+    """The bench's results priced: $/1M output tokens at the SLO capacity (overall and per input
+    length) and at peak.
 
     Always computed here, from the operator's price and the measured throughput: a figure a worker
     put in its report (older clients did) is replaced, so every status prices the same way.
     """
     at_capacity = dollars_per_million_tokens(hourly, capacity_throughput(results))
     at_peak = dollars_per_million_tokens(hourly, peak_throughput(results))
+    by_length = [
+        entry.model_copy(
+            update={
+                "dollars_per_million_tokens": _rounded(
+                    dollars_per_million_tokens(hourly, entry.output_tokens_per_second)
+                )
+            }
+        )
+        for entry in results.capacity_by_input_length
+    ]
     return results.model_copy(
         update={
-            "dollars_per_million_tokens_at_capacity": None if at_capacity is None else round(at_capacity, 6),
-            "dollars_per_million_tokens_at_peak": None if at_peak is None else round(at_peak, 6),
+            "dollars_per_million_tokens_at_capacity": _rounded(at_capacity),
+            "dollars_per_million_tokens_at_peak": _rounded(at_peak),
+            "capacity_by_input_length": by_length,
         }
     )
+
+
+def _rounded(dollars: float | None) -> float | None:
+    return None if dollars is None else round(dollars, 6)
 
 
 def cost_by_input_length(

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ...api.contract import RESULTS_CONFIGMAP_KEY
 from ...api.report import ReportKind, Timings, WorkerError, WorkerReport
-from ...api.status import BenchCell, BenchResults
+from ...api.status import BenchCell, BenchResults, InputLengthCapacity
 from ..report import error_type
 
 log = logging.getLogger("accelbench.bench")
@@ -63,6 +63,16 @@ def bench_results(cells: list[dict], capacity: dict[int, dict], startup_s: float
         cells=[compact_cell(c) for c in cells],
         capacity_concurrency=cap.get("capacityConcurrency"),
         capacity_input_length=max(capacity) if capacity else None,
+        capacity_by_input_length=[
+            InputLengthCapacity(
+                input_length=length,
+                capacity_concurrency=found.get("capacityConcurrency"),
+                first_failing_concurrency=found.get("firstFailingConcurrency"),
+                binding_constraint=found.get("bindingConstraint"),
+                output_tokens_per_second=_round(found.get("outputTokensPerSecondAtCapacity"), 2),
+            )
+            for length, found in sorted(capacity.items())
+        ],
         binding_constraint=cap.get("bindingConstraint"),
         first_failing_concurrency=cap.get("firstFailingConcurrency"),
         peak_output_tokens_per_second=round(peak, 2) if peak else None,
