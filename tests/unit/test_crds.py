@@ -54,6 +54,8 @@ def test_schema_is_structural(filename: str) -> None:
         assert "$ref" not in node, path
         assert "anyOf" not in node and "oneOf" not in node, path
         assert "const" not in node and "title" not in node, path
+        # `true` reads as an empty schema per value there: a nested object's fields would be unknown
+        assert node.get("additionalProperties") is not True, path
         if "properties" in node and path.rsplit(".", 1)[-1] != "properties":
             assert "additionalProperties" not in node, path
             assert node.get("type") == "object", path

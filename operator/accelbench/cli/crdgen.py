@@ -33,6 +33,9 @@ def structural_schema(model: type[BaseModel]) -> dict[str, Any]:
     return _convert(raw, defs)
 
 
+PRESERVE = "x-kubernetes-preserve-unknown-fields"
+
+
 def _convert(node: Any, defs: dict[str, Any]) -> Any:
     if isinstance(node, list):
         return [_convert(item, defs) for item in node]
@@ -60,6 +63,11 @@ def _convert(node: Any, defs: dict[str, Any]) -> Any:
             out["exclusiveMaximum"] = True
         elif key == "additionalProperties" and value is False:
             continue  # structural schemas reject it beside properties; unknown fields are pruned anyway
+        elif key == "additionalProperties" and value is True and node.get(PRESERVE):
+            # The apiserver reads `true` as an empty schema for every value, under which a nested
+            # object's fields are unknown (dropped, or refused by strict field validation): the
+            # preserve-unknown-fields beside it already keeps any value whole.
+            continue
         elif key == "default" and value is None:
             continue
         else:
