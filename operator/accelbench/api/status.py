@@ -169,6 +169,16 @@ class PassAtKResults(ApiModel):
     generate_seconds: float | None = Field(default=None, ge=0)
     check_seconds: float | None = Field(default=None, ge=0)
     note: str | None = Field(default=None, max_length=300)
+    intervals: dict[
+        str, Annotated[list[Annotated[float, Field(ge=0, le=1)]], Field(min_length=2, max_length=2)]
+    ] = Field(
+        default_factory=dict,
+        description='By k: the 95 % bootstrap interval over problems, {"pass@1": [0.38, 0.47]}.',
+    )
+    by_difficulty: dict[str, dict[str, Annotated[float, Field(ge=0, le=1)]]] = Field(
+        default_factory=dict,
+        description='With `difficulty` in the problems: scores per difficulty, {"hard": {"pass@1": 0.2}}.',
+    )
 
     @model_validator(mode="after")
     def _counts_add_up(self) -> PassAtKResults:

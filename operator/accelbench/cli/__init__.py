@@ -489,6 +489,25 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def cmd_verilogeval(args: argparse.Namespace) -> int:
+    """A VerilogEval v2 dataset folder -> the pass@k problems JSONL (spec.passAtK.dataset)."""
+    import json
+
+    from ..workers.data import DataError
+    from ..workers.finetune.verilogeval import verilogeval_rows, write_problems
+
+    try:
+        difficulty = json.loads(Path(args.difficulty).read_text()) if args.difficulty else None
+        if difficulty is not None and not isinstance(difficulty, dict):
+            raise DataError(f"{args.difficulty}: a JSON object of problem name -> difficulty")
+        rows = verilogeval_rows(args.folder, difficulty)
+    except (OSError, ValueError) as exc:  # DataError and JSON errors are ValueErrors
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {write_problems(rows, args.out)}: {len(rows)} problems")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="accelbench", description=__doc__)
     parser.add_argument("--version", action="version", version=f"accelbench {__version__}")
@@ -579,6 +598,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="directory for index.html and the PNGs (default: report, or <campaign>-report)",
     )
     report.set_defaults(func=cmd_report)
+
+    verilog = sub.add_parser(
+        "verilogeval", help="a VerilogEval v2 dataset folder -> the pass@k problems JSONL the workers read"
+    )
+    verilog.add_argument("folder", help="e.g. verilog-eval/dataset_spec-to-rtl")
+    verilog.add_argument("--out", required=True, help="problems JSONL to write")
+    verilog.add_argument(
+        "--difficulty", default=None, help="JSON object of problem name -> difficulty, to score per group"
+    )
+    verilog.set_defaults(func=cmd_verilogeval)
     return parser
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import random
 import re
 import signal
 import subprocess
@@ -42,6 +43,7 @@ from ...api.status import PassAtKResults
 from ..data import ROLES, ChatTokenizer, DataError, jsonl_rows
 
 PROBLEM_FILE = "problem.json"
+DIFFICULTY_FIELD = "difficulty"  # a problem row's optional group: scores are also given per value
 OUTPUT_FILE = "checker-output.txt"
 DETAIL_CHARS = 240  # how much of a checker's output a result keeps (for the report's note)
 MAX_CHECKERS = 8  # checker processes at a time, at most
@@ -65,6 +67,26 @@ def mean_pass_at_k(n: int, passed: Sequence[int], ks: Sequence[int]) -> dict[int
     if not passed:
         return {}
     return {k: sum(pass_at_k(n, c, k) for c in passed) / len(passed) for k in ks}
+
+
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_SEED = 0  # fixed: the same samples give the same interval on every run and machine
+
+
+def bootstrap_interval(
+    n: int, passed: Sequence[int], k: int, level: float = 0.95, resamples: int = BOOTSTRAP_RESAMPLES
+) -> tuple[float, float]:
+    """The percentile bootstrap interval of mean pass@k over problems: the problems are what was
+    sampled from a larger population of tasks, so they are what is resampled (with replacement)."""
+    if not passed:
+        raise ValueError("a bootstrap interval needs at least one problem")
+    scores = [pass_at_k(n, c, k) for c in passed]
+    rng = random.Random(BOOTSTRAP_SEED)
+    means = sorted(sum(rng.choices(scores, k=len(scores))) / len(scores) for _ in range(resamples))
+    tail = (1.0 - level) / 2
+    low = means[math.floor(tail * (resamples - 1))]
+    high = means[math.ceil((1.0 - tail) * (resamples - 1))]
+    return low, high
 
 
 # --------------------------------------------------------------------------------------------------
@@ -394,6 +416,20 @@ def summarize(
     passed = [min(c * weight, n) for c in tally.passed_per_problem.values()]
     ks = sorted(set(task.spec.k))
     scores = {f"pass@{k}": round(v, 6) for k, v in mean_pass_at_k(n, passed, ks).items()}
+    intervals = (
+        {f"pass@{k}": [round(bound, 6) for bound in bootstrap_interval(n, passed, k)] for k in ks}
+        if passed
+        else {}
+    )
+    groups: dict[str, list[int]] = {}
+    for index, count in zip(tally.passed_per_problem, passed, strict=True):
+        difficulty = task.problems[index].row.get(DIFFICULTY_FIELD)
+        if isinstance(difficulty, str | int) and not isinstance(difficulty, bool):
+            groups.setdefault(str(difficulty), []).append(count)
+    by_difficulty = {
+        name: {f"pass@{k}": round(v, 6) for k, v in mean_pass_at_k(n, counts, ks).items()}
+        for name, counts in sorted(groups.items())
+    }
     samples = len(outcomes)
     good = tally.counts[PASS]
     return PassAtKResults(
@@ -409,6 +445,8 @@ def summarize(
         generate_seconds=generate_seconds,
         check_seconds=check_seconds,
         note=_note(task, tally),
+        intervals=intervals,
+        by_difficulty=by_difficulty,
     )
 
 
