@@ -4,7 +4,7 @@
 # Prints: tree, rate, schedule lag p50 and p99 (ms), achieved req/s, TTFT p50 (ms).
 set -euo pipefail
 OLD=${1:?old checkout}; NEW=${2:-.}; PORT=${PORT:-8150}; PY=${PY:-.venv/bin/python}
-$PY benchmarks/client_overhead/zero_server.py --port "$PORT" & SRV=$!
+PYTHONPATH=$NEW/operator $PY -m accelbench.workers.bench.nullserver --port "$PORT" & SRV=$!
 trap 'kill $SRV' EXIT
 sleep 2
 for rate in ${RATES:-400 800 1600 3200}; do

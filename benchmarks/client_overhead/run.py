@@ -1,9 +1,10 @@
 """Client overhead: the highest open-loop request rate one client process sustains against a
 zero-latency streaming server with p99 schedule lag under 1 ms, and the streamed tokens/s that is.
 
-Same run, same server process (zero_server.py, started here in its own process), same settings for
-every tool: Poisson arrivals, OUTPUT_TOKENS one-token chunks per answer, short prompts. A rate is
-sustained when p99 schedule lag < 1 ms, achieved request rate >= 90 % of offered, and no errors.
+Same run, same server process (accelbench.workers.bench.nullserver, started here in its own
+process), same settings for every tool: Poisson arrivals, OUTPUT_TOKENS one-token chunks per
+answer, short prompts. A rate is sustained when p99 schedule lag < 1 ms, achieved request rate
+>= 90 % of offered, and no errors.
 
 Schedule lag: accelbench records it per request (actual send - scheduled send). AIPerf: from its
 per-request export, request_start_ns - credit_issued_ns (credit = its timing manager's send order).
@@ -263,7 +264,7 @@ def main() -> None:
     started = time.monotonic()
     wanted = {t.strip() for t in args.tools.split(",") if t.strip()}
     port = free_port()
-    server_cmd = [sys.executable, str(HERE / "zero_server.py"), "--port", str(port)]
+    server_cmd = [sys.executable, "-m", "accelbench.workers.bench.nullserver", "--port", str(port)]
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     split = None
     if args.pin == "auto" and len(cpus) >= 4:

@@ -226,6 +226,33 @@ class BenchCell(ApiModel):
     )
     attainment: float | None = Field(default=None, ge=0, le=1)
     errors: int = Field(default=0, ge=0)
+    client_limited: bool | None = Field(
+        default=None,
+        description="Open loop: the client could not deliver this rate against a null server, so these "
+        "latencies are partly the client's, not the server's alone.",
+    )
+
+
+class ClientCalibrationPoint(ApiModel):
+    """One planned open-loop rate, driven against a zero-latency server before the run."""
+
+    request_rate: float = Field(gt=0)
+    requests: int = Field(ge=0)
+    delivered_fraction: float | None = Field(
+        default=None, ge=0, description="The planned send span over the actual one: 1 = on schedule."
+    )
+    send_lag_p99_ms: float | None = Field(default=None, ge=0, description="Actual send - scheduled send.")
+
+
+class ClientOverhead(ApiModel):
+    """The load generator measured against itself: what it can deliver on this pod at the rates the
+    run plans, before any server figure is trusted."""
+
+    against: str = Field(description="What it was measured against (a loopback null server).")
+    points: list[ClientCalibrationPoint] = Field(default_factory=list)
+    delivers_planned_rates: bool = Field(
+        description="Every planned rate delivered at >= 99.5 %; otherwise those cells are clientLimited."
+    )
 
 
 class InputLengthCapacity(ApiModel):
@@ -250,6 +277,9 @@ class BenchResults(ApiModel):
     )
     capacity_by_input_length: list[InputLengthCapacity] = Field(
         default_factory=list, description="The SLO capacity at each input length swept, shortest first."
+    )
+    client_overhead: ClientOverhead | None = Field(
+        default=None, description="With open-loop rates: the client's own calibration at those rates."
     )
     binding_constraint: str | None = None
     first_failing_concurrency: int | None = None

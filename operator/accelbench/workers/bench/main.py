@@ -45,6 +45,7 @@ from ...api.payload import JobPayload
 from .. import storage
 from ..metrics import BenchMetrics, metrics_port, start_metrics_server
 from ..report import write_report
+from .calibration import calibrate, limited_rates
 from .client import discover_model, make_session, probe, wait_ready
 from .prompts import ApproxTokenizer, LocalTokenizer, PromptFactory, Tokenizer, probe_server_tokenizer
 from .results import (
@@ -95,6 +96,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--slo-e2e-ms", type=float)
     p.add_argument("--slo-attainment", type=float, default=None)
     p.add_argument("--no-capacity-search", action="store_true")
+    p.add_argument(
+        "--no-client-calibration",
+        action="store_true",
+        help="skip measuring this client against a null server at the open-loop rates first",
+    )
     p.add_argument("--max-concurrency", type=int, default=1024, help="capacity search ceiling")
     p.add_argument("--request-timeout", type=float, default=600.0)
     p.add_argument("--extra-body", default="{}", help="JSON merged into every request body")
@@ -271,10 +277,19 @@ async def measure(
         ignore_eos = await supports_ignore_eos(session, settings)
         settings.ignore_eos = ignore_eos
         runner = Runner(settings, prompts)
+        calibration = None
+        if workload.request_rates and not args.no_client_calibration:
+            calibration = await calibrate(runner, workload.request_rates, max(workload.input_lengths))
         sweep = await run_sweep(runner, workload, slo, search, args.max_concurrency, progress.on_cell)
     price = price_given(payload, args)
+    if calibration is not None:  # a rate the client could not deliver: its cells say so
+        limited = limited_rates(calibration)
+        for cell in sweep.cells:
+            if cell.get("requestRate") is not None:
+                cell["clientLimited"] = cell["requestRate"] in limited
     compact = bench_results(sweep.cells, sweep.capacity, ready.seconds)
     compact.price_source = price["priceSource"] if price else None
+    compact.client_overhead = calibration
     full = {
         "schemaVersion": RESULTS_SCHEMA_VERSION,
         "generator": {
@@ -304,6 +319,7 @@ async def measure(
         },
         "cells": sweep.cells,
         "capacity": {str(k): v for k, v in sweep.capacity.items()},
+        "clientOverhead": calibration.to_wire() if calibration else None,
         "price": price,
         "summary": compact.to_wire(),
     }

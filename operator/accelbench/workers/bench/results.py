@@ -44,6 +44,7 @@ def compact_cell(cell: dict) -> BenchCell:
         goodput_output_tokens_per_second=_round(cell.get("goodputOutputTokensPerSecond"), 2),
         attainment=None if cell.get("attainment") is None else round(cell["attainment"], 4),
         errors=cell["errors"],
+        client_limited=cell.get("clientLimited"),
     )
 
 

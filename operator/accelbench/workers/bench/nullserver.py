@@ -2,8 +2,11 @@
 
 Raw asyncio Protocol, HTTP/1.1 keep-alive, chunked transfer encoding. Every answer is produced at
 once: `max_tokens` SSE events of one token each (pre-encoded), a usage event and [DONE], written
-without any delay, so whatever latency a client reports is its own (plus loopback).
-Runs in its own process; start it with: python zero_server.py --port 8150
+without any delay, so whatever latency a client reports is its own (plus loopback). The bench
+client calibrates itself against it before a run (calibration.py); benchmarks/client_overhead
+measures clients against it. Runs in its own process:
+
+    python -m accelbench.workers.bench.nullserver --port 8150
 """
 
 from __future__ import annotations
@@ -70,7 +73,11 @@ async def serve(port: int) -> None:
         await server.serve_forever()
 
 
-if __name__ == "__main__":
-    p = argparse.ArgumentParser()
+def main() -> None:
+    p = argparse.ArgumentParser(prog="python -m accelbench.workers.bench.nullserver")
     p.add_argument("--port", type=int, default=8150)
     asyncio.run(serve(p.parse_args().port))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+"""Before measuring a server at open-loop rates, measure the client at those rates.
+
+An open-loop point is only the server's latency if the client sent every request when it was
+scheduled. So the client first drives a zero-latency null server (nullserver.py, its own process on
+loopback) with the same schedule, prompts and transport at each planned rate, and reports what it
+delivered: the planned send span over the actual one (1.0: on schedule; 0.9: it ran 10 % slow) and
+the p99 send lag. A rate delivered below DELIVERY_BAR is flagged, and the run's cells at that rate
+say `clientLimited`, so a slow client is never read as a slow server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import math
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Sequence
+
+from ...api.status import ClientCalibrationPoint, ClientOverhead
+from .records import RequestRecord, request_metrics
+from .runner import Runner
+from .stats import summarize
+
+log = logging.getLogger("accelbench.bench")
+
+DELIVERY_BAR = 0.995  # the share of the planned rate a client must deliver for its cells to count
+CALIBRATION_SECONDS = 10.0  # per rate: long enough that a few ms of lag is not a percent of the span
+MIN_REQUESTS = 20
+MAX_REQUESTS = 5000
+AGAINST = "loopback null server (accelbench.workers.bench.nullserver), same pod"
+
+
+def calibration_count(rate: float, seconds: float = CALIBRATION_SECONDS) -> int:
+    return max(MIN_REQUESTS, min(MAX_REQUESTS, round(rate * seconds)))
+
+
+def delivered_fraction(records: Sequence[RequestRecord]) -> float | None:
+    """The planned send span over the actual one; None with fewer than two requests sent."""
+    sent = [r for r in records if not math.isnan(r.sent)]
+    if len(sent) < 2:
+        return None
+    planned = max(r.scheduled for r in sent) - min(r.scheduled for r in sent)
+    actual = max(r.sent for r in sent) - min(r.sent for r in sent)
+    if actual <= 0:
+        return None
+    return planned / actual
+
+
+def point(rate: float, records: Sequence[RequestRecord]) -> ClientCalibrationPoint:
+    lag = summarize((request_metrics(r).schedule_lag for r in records), 1000.0)
+    fraction = delivered_fraction(records)
+    return ClientCalibrationPoint(
+        request_rate=rate,
+        requests=len(records),
+        delivered_fraction=None if fraction is None else round(fraction, 5),
+        send_lag_p99_ms=round(lag["p99"], 3) if lag else None,
+    )
+
+
+def overhead(points: Sequence[ClientCalibrationPoint]) -> ClientOverhead:
+    return ClientOverhead(
+        against=AGAINST,
+        points=list(points),
+        delivers_planned_rates=all(
+            p.delivered_fraction is not None and p.delivered_fraction >= DELIVERY_BAR for p in points
+        ),
+    )
+
+
+def limited_rates(result: ClientOverhead) -> set[float]:
+    return {
+        p.request_rate
+        for p in result.points
+        if p.delivered_fraction is None or p.delivered_fraction < DELIVERY_BAR
+    }
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.asynccontextmanager
+async def null_server(timeout_s: float = 20.0) -> AsyncIterator[str]:
+    """The null server in its own process (so it never shares the client's event loop); its URL."""
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "accelbench.workers.bench.nullserver", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the null server did not start (exit {proc.poll()})") from None
+                await asyncio.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+async def calibrate(
+    runner: Runner, rates: Sequence[float], input_length: int, seconds: float = CALIBRATION_SECONDS
+) -> ClientOverhead:
+    """Drive the null server at each planned rate with the run's own prompts and transport."""
+    async with null_server() as url:
+        settings = dataclasses.replace(runner.settings, base_url=url, model="null")
+        probe = Runner(settings, runner.prompts)
+        points = []
+        for rate in sorted(set(rates)):
+            records = await probe.open_loop(input_length, rate, calibration_count(rate, seconds))
+            points.append(point(rate, records))
+            log.info(
+                "client calibration at %g req/s: delivered %s of the schedule, send lag p99 %s ms",
+                rate,
+                points[-1].delivered_fraction,
+                points[-1].send_lag_p99_ms,
+            )
+    return overhead(points)
