@@ -417,7 +417,9 @@ def test_quickstart_inference_bench_serves_measures_and_stops_the_server(
     body = yaml.safe_load((ROOT / "examples/quickstart/inference-tiny-cpu.yaml").read_text())
     body["metadata"]["name"] = "quick-bench"
     body["spec"]["model"]["uri"] = tiny["model"]
-    body["spec"]["workload"].update({"inputLengths": [16], "concurrency": [1, 2], "requestsPerPoint": 4})
+    body["spec"]["workload"].update(
+        {"inputLengths": [16], "concurrency": [1, 2], "requestRates": [2], "requestsPerPoint": 4}
+    )
     env.apply(body)
     obj = wait_for(
         lambda: (
@@ -432,6 +434,11 @@ def test_quickstart_inference_bench_serves_measures_and_stops_the_server(
     results = obj["status"]["results"]
     assert results["cells"] and all(c["ttftP50Ms"] > 0 for c in results["cells"])
     assert results["peakOutputTokensPerSecond"] > 0
+    # The open-loop point was preceded by the client's own calibration at that rate, in the pod.
+    (calibrated,) = results["clientOverhead"]["points"]
+    assert calibrated["requestRate"] == 2 and calibrated["requests"] >= 20, results["clientOverhead"]
+    (opened,) = [c for c in results["cells"] if c.get("requestRate") == 2]
+    assert opened["clientLimited"] is (not results["clientOverhead"]["deliversPlannedRates"]), opened
     (by_length,) = results["capacityByInputLength"]  # one input length swept: its capacity is the run's
     assert by_length["inputLength"] == 16 == results["capacityInputLength"], results
     assert by_length["capacityConcurrency"] == results["capacityConcurrency"] >= 1, results
