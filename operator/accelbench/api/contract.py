@@ -110,6 +110,7 @@ ENV_COMPILE = "ACCELBENCH_COMPILE"  # "1": torch.compile the PyTorch model
 ENV_TORCH_ATTENTION = "ACCELBENCH_TORCH_ATTENTION"  # force a transformers attention implementation
 ENV_JAX_ATTENTION = "ACCELBENCH_JAX_ATTENTION"  # einsum | xla | cudnn | auto
 ENV_LOSS_CHUNK = "ACCELBENCH_LOSS_CHUNK"  # JAX: tokens per chunk of the LM head + loss (0 = whole)
+ENV_RANDOM_INIT = "ACCELBENCH_RANDOM_INIT"  # "1": benchmarks only: random weights from config.json
 
 # What the pass@k checker command gets (worker writes; the user's checker reads).
 ENV_CHECKER_SAMPLE = "ACCELBENCH_SAMPLE"

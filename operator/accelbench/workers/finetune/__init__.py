@@ -18,7 +18,16 @@ both frameworks are measured by the same code. A framework's `train` must:
   `finetune.passk.evaluate` (generate_torch / jax_worker.passk supply the generation) and put the
   result in `FinetuneOutcome.pass_at_k`;
 - fill `FinetuneOutcome` and raise `InvalidConfigError` for inputs that cannot work (ExitCode.INVALID_CONFIG);
-  anything else propagates and becomes exit code 1.
+  anything else propagates and becomes exit code 1;
+- when `ctx.random_init` is set, build the model from config.json alone with random weights made on
+  the device (no safetensors read) and add `RANDOM_INIT_NOTE` to the outcome's notes.
+
+Random-init mode (ENV_RANDOM_INIT=1, benchmarks only). Throughput does not depend on the weights'
+values, and a 27B model's 54 GB of random safetensors cost minutes to write and load and most of a
+benchmark machine's disk; so a benchmark may hand the worker a directory holding only config.json and
+the tokenizer files, and ask for random weights explicitly. The loss of such a run means nothing and
+it writes no weights (spec.output is refused). Without the variable a directory without weights fails
+as before, with InvalidConfigError: the mode is never taken silently.
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from ...api import FinetuneJob
+from ...api.contract import ENV_RANDOM_INIT
 from ...api.payload import WorkerPlan
 from ...api.status import PassAtKResults
 from .. import InvalidConfigError
@@ -69,6 +79,7 @@ class TrainContext:
     output_dir: Path | None = None  # local path to write weights to; None = do not save
     warmup_steps_excluded: int = 1  # steps left out of tokens/s (compilation, allocator warm-up)
     compile: bool = False  # ENV_COMPILE=1: torch.compile (JAX always jits)
+    random_init: bool = False  # ENV_RANDOM_INIT=1: random weights on the device (benchmarks only)
     log: Callable[[str], None] = print
     pass_at_k: PassAtKTask | None = None  # spec.passAtK with its problems loaded; None = not asked for
 
@@ -104,6 +115,26 @@ class FinetuneOutcome:
     pass_at_k: PassAtKResults | None = None  # after training, when spec.passAtK asked for it
 
 
+RANDOM_INIT_NOTE = (
+    f"weights: random, initialized on the device from config.json ({ENV_RANDOM_INIT}=1, benchmarks "
+    "only): throughput is real, the loss is not"
+)
+
+
+def weights_marker(random_init: bool) -> dict[str, str]:
+    """An entry for the report's versions map: a random-weight run says so in its WorkerReport."""
+    return {"weights": f"random ({ENV_RANDOM_INIT}=1)"} if random_init else {}
+
+
+def missing_weights(model_dir: Path, detail: str) -> InvalidConfigError:
+    """The error for a model dir that does not load (no weights, say); names the benchmark-only way
+    out, since a config-only dir is what a benchmark without that variable most likely handed over."""
+    return InvalidConfigError(
+        f"cannot load the model from {model_dir}: {detail} "
+        f"(throughput benchmarks on a config-only dir set {ENV_RANDOM_INIT}=1 for random weights)"
+    )
+
+
 # The optimizer recipe both frameworks implement (torch.optim.AdamW / optax.adamw defaults agree):
 ADAM_BETAS = (0.9, 0.999)
 ADAM_EPS = 1e-8
@@ -132,10 +163,13 @@ __all__ = [
     "ADAM_BETAS",
     "ADAM_EPS",
     "MAX_GRAD_NORM",
+    "RANDOM_INIT_NOTE",
     "FinetuneOutcome",
     "InvalidConfigError",
     "MetricsSink",
     "StepRecord",
     "TrainContext",
     "learning_rate_at",
+    "missing_weights",
+    "weights_marker",
 ]

@@ -36,6 +36,7 @@ from ...api.contract import (
     ENV_NNODES,
     ENV_NODE_RANK,
     ENV_NPROC_PER_NODE,
+    ENV_RANDOM_INIT,
     ENV_RANK,
     ExitCode,
 )
@@ -159,6 +160,10 @@ def build_context(
     dataset = local_input(spec.dataset.uri, options, staged)
     if not dataset.is_file():
         raise InvalidConfigError(f"dataset {dataset} (from {spec.dataset.uri}) does not exist")
+    random_init = options.env.get(ENV_RANDOM_INIT, "") == "1"
+    if random_init and spec.output is not None:
+        # Random weights are a throughput fixture, never an artifact someone could mistake for a model.
+        raise InvalidConfigError(f"{ENV_RANDOM_INIT}=1 (random weights, benchmarks only) writes no output")
     output_dir = None
     if spec.output is not None:
         output_dir = local_output(spec.output.uri, job, options, staged)
@@ -179,6 +184,7 @@ def build_context(
         output_dir=output_dir,
         warmup_steps_excluded=1 if data.total_steps > 1 else 0,
         compile=options.env.get(ENV_COMPILE, "") == "1",
+        random_init=random_init,
         log=options.log or _stderr,
         pass_at_k=pass_at_k_task(job, model_dir, options, staged),
     )

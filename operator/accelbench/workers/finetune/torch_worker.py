@@ -33,12 +33,15 @@ from . import (
     ADAM_BETAS,
     ADAM_EPS,
     MAX_GRAD_NORM,
+    RANDOM_INIT_NOTE,
     FinetuneOutcome,
     InvalidConfigError,
     StepRecord,
     TrainContext,
     learning_rate_at,
+    missing_weights,
     torch_attention,
+    weights_marker,
 )
 
 # --------------------------------------------------------------------------------------------------
@@ -144,15 +147,24 @@ def choose_attention(flash_requested: bool, device: torch.device) -> tuple[str, 
     return torch_attention.register(), None
 
 
-def load_model(ctx: TrainContext, dtype: torch.dtype, attn: str) -> torch.nn.Module:
-    from transformers import AutoModelForCausalLM
+def load_model(ctx: TrainContext, dtype: torch.dtype, attn: str, device: torch.device) -> torch.nn.Module:
+    """The checkpoint's weights (on the CPU; train() moves them), or with ctx.random_init random
+    weights made directly on `device` by transformers' own initializers: no 54 GB host copy."""
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     if not (ctx.model_dir / "config.json").is_file():
         raise InvalidConfigError(f"{ctx.model_dir} is not a Hugging Face model dir (no config.json)")
+    if ctx.random_init:
+        try:
+            config = AutoConfig.from_pretrained(ctx.model_dir)
+        except (OSError, ValueError) as exc:
+            raise InvalidConfigError(f"cannot read {ctx.model_dir / 'config.json'}: {exc}") from None
+        with torch.device(device):
+            return AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn)
     try:
         return AutoModelForCausalLM.from_pretrained(ctx.model_dir, dtype=dtype, attn_implementation=attn)
     except (OSError, ValueError) as exc:
-        raise InvalidConfigError(f"cannot load the model from {ctx.model_dir}: {exc}") from None
+        raise missing_weights(ctx.model_dir, str(exc)) from None
 
 
 def apply_lora(model: torch.nn.Module, ctx: TrainContext) -> torch.nn.Module:
@@ -353,7 +365,10 @@ def train(ctx: TrainContext) -> FinetuneOutcome:
         notes.append(note)
         ctx.log(f"note: {note}")
     torch.manual_seed(training.seed)  # LoRA initialization and dropout
-    model = load_model(ctx, dtype, attn)
+    model = load_model(ctx, dtype, attn, device)
+    if ctx.random_init:
+        notes.append(RANDOM_INIT_NOTE)
+        ctx.log(f"note: {RANDOM_INIT_NOTE}")
     config = model.config
     if ctx.data.vocab_size > config.vocab_size:
         raise InvalidConfigError(
@@ -448,7 +463,7 @@ def train(ctx: TrainContext) -> FinetuneOutcome:
         eval_history=evals,
         peak_memory_bytes=peak_memory(device),
         memory_capacity_bytes=info.capacity_bytes,
-        versions=library_versions(attn, device),
+        versions=weights_marker(ctx.random_init) | library_versions(attn, device),  # first: kept when trimmed
         output_path=output_path,
         notes=notes,
         pass_at_k=pass_at_k,

@@ -18,6 +18,7 @@ from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 import jax
@@ -25,8 +26,19 @@ import jax
 from ....api.finetune import CheckpointFormat, MethodType, Precision, expand_lora_targets
 from ....bridge import export_hf, export_peft_adapter, load_hf, save_orbax, sharded_placer
 from ....bridge.convert import LoadedModel
+from ....bridge.mapping import HfLayout
+from ....jaxmodels.config import load_config
+from ....jaxmodels.transformer import Transformer
 from ...data import Batch, StepBatch
-from .. import FinetuneOutcome, InvalidConfigError, StepRecord, TrainContext
+from .. import (
+    RANDOM_INIT_NOTE,
+    FinetuneOutcome,
+    InvalidConfigError,
+    StepRecord,
+    TrainContext,
+    missing_weights,
+    weights_marker,
+)
 from .mesh import (
     batch_sharding,
     build_mesh,
@@ -47,16 +59,57 @@ def dtypes(precision: Precision) -> tuple[jnp.dtype, jnp.dtype]:
     return (jnp.float32, jnp.float32) if precision == Precision.FP32 else (jnp.bfloat16, jnp.bfloat16)
 
 
+def random_model(ctx: TrainContext, mesh: Mesh) -> LoadedModel:
+    """ENV_RANDOM_INIT: the model of config.json with the model's own random initializers, run eagerly
+    on this process's first device, then placed with the parameter shardings.
+
+    Eager, not one jitted init: a jitted init of the 62-layer 27B model spent minutes in XLA's compiler
+    on the H200 (every parameter's random numbers as one program), while eager calls compile once per
+    distinct parameter shape and reuse it for every layer. The cost: the whole model is made on one
+    device first (each process its own copy, same seed, so the copies agree), which a benchmark on
+    chips that each hold the model can afford.
+    """
+    spec = ctx.job.spec
+    param_dtype, dtype = dtypes(spec.training.precision)
+    try:
+        cfg = load_config(ctx.model_dir)
+    except (OSError, ValueError) as exc:
+        raise InvalidConfigError(f"cannot read {ctx.model_dir / 'config.json'}: {exc}") from None
+    with jax.default_device(jax.local_devices()[0]):
+        model = Transformer(
+            cfg,
+            rngs=nnx.Rngs(params=spec.training.seed),
+            param_dtype=param_dtype,
+            dtype=dtype,
+            remat=spec.training.gradient_checkpointing,
+        )
+    if mesh.devices.size > 1:
+        place = sharded_placer(param_sharding(mesh))
+        graphdef, state = nnx.split(model)
+        flat = nnx.to_flat_state(state)
+        for path, var in flat:
+            var.set_value(place(path, var.get_value()))
+        model = nnx.merge(graphdef, nnx.from_flat_state(flat))
+    # No checkpoint names to mirror: the text-only causal-LM layout, used only by exports (refused).
+    return LoadedModel(model, cfg, HfLayout(prefix="model.", lm_head="lm_head.weight"), ())
+
+
 def load_model(ctx: TrainContext, mesh: Mesh) -> LoadedModel:
     spec = ctx.job.spec
     param_dtype, dtype = dtypes(spec.training.precision)
-    loaded = load_hf(
-        ctx.model_dir,
-        param_dtype=param_dtype,
-        dtype=dtype,
-        remat=spec.training.gradient_checkpointing,
-        place=sharded_placer(param_sharding(mesh)),
-    )
+    if ctx.random_init:
+        loaded = random_model(ctx, mesh)
+    else:
+        try:
+            loaded = load_hf(
+                ctx.model_dir,
+                param_dtype=param_dtype,
+                dtype=dtype,
+                remat=spec.training.gradient_checkpointing,
+                place=sharded_placer(param_sharding(mesh)),
+            )
+        except FileNotFoundError as exc:  # no safetensors (a config-only dir): the input, not a crash
+            raise missing_weights(ctx.model_dir, str(exc)) from None
     if ctx.data.vocab_size > loaded.cfg.vocab_size:
         raise InvalidConfigError(
             f"the tokenizer has {ctx.data.vocab_size} tokens, "
@@ -218,6 +271,9 @@ def train(ctx: TrainContext) -> FinetuneOutcome:
     ctx.log(f"jax mesh {dict(mesh.shape)} on {jax.device_count()} devices, {jax.process_count()} processes")
     loaded = load_model(ctx, mesh)
     notes = [attention_note(loaded.model.segment_masks)]
+    if ctx.random_init:
+        notes.append(RANDOM_INIT_NOTE)
+        ctx.log(f"note: {RANDOM_INIT_NOTE}")
     lora = spec.method.type == MethodType.LORA
     split = split_model(loaded.model, lora)
     split.trainable = place_state(split.trainable, mesh)
@@ -287,7 +343,7 @@ def train(ctx: TrainContext) -> FinetuneOutcome:
         eval_history=evals,
         peak_memory_bytes=peak,
         memory_capacity_bytes=capacity,
-        versions=versions(),
+        versions=weights_marker(ctx.random_init) | versions(),  # first: kept when trimmed
         output_path=output_path,
         notes=notes,
         pass_at_k=pass_at_k,
