@@ -201,9 +201,21 @@ def gemma3_config(shape: dict[str, Any], max_seq: int) -> Any:
     return config
 
 
+def count_parameters(config: Any) -> int:
+    """Parameters of the model `config` describes, counted on the meta device (nothing allocated)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    return sum(p.numel() for p in model.parameters())
+
+
 def build_model(spec: dict[str, Any]) -> dict[str, Any]:
     """The tests' generator (workers.testing: BPE tokenizer, tiny_config, tokenizer files) at a real
-    Gemma 3 shape; weights initialized by transformers on the GPU when there is one, saved sharded."""
+    Gemma 3 shape. config_only: config.json and tokenizer files alone (the worker makes random weights
+    on the device, ACCELBENCH_RANDOM_INIT); else weights initialized by transformers on the GPU when
+    there is one, saved sharded."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -221,6 +233,20 @@ def build_model(spec: dict[str, Any]) -> dict[str, Any]:
         old.unlink()
     tokenizer = build_tokenizer("gemma3")
     config = gemma3_config(shape, int(spec["max_seq"]))
+    if spec.get("config_only"):
+        config.save_pretrained(directory)
+        write_tokenizer_files(directory, "gemma3", tokenizer)
+        marker.write_text(json.dumps(spec))
+        parameters = count_parameters(config)
+        log(f"wrote config.json and tokenizer files of {parameters / 1e9:.3f} B parameters to {directory}")
+        return {
+            "dir": str(directory),
+            "reused": False,
+            "shape": shape,
+            "parameters": parameters,
+            "weight_bytes": 0,
+            "files": sorted(p.name for p in directory.iterdir()),
+        }
     device = "cuda" if torch.cuda.is_available() and not spec.get("cpu") else "cpu"
     torch.manual_seed(0)
     tick = time.perf_counter()

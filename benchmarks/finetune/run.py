@@ -2,8 +2,11 @@
 
 Every case is a FinetuneJob run by the same entry the container uses (workers.finetune.run_job), in
 its own process (GPU memory released between cases; JAX and PyTorch never share a process), on
-random-weight Gemma-3-shaped model dirs in Hugging Face format written by the tests' generator
-(workers.testing) and a chat JSONL dataset, with lossOn full so every token counts, as in docs/anchors.md.
+random-weight Gemma-3-shaped models and a chat JSONL dataset, with lossOn full so every token counts, as
+in docs/anchors.md. By default (`--weights device`) a model dir holds only config.json and the tests'
+tokenizer files (workers.testing) and the worker makes random weights on the GPU (its benchmark-only
+ACCELBENCH_RANDOM_INIT mode), so the 27B-class model runs at its full 62 layers with nothing written to
+disk; `--weights files` writes random safetensors with transformers instead (the workers' load path).
 
     python benchmarks/finetune/run.py                      # every case, results in $OUT or ./results
     python benchmarks/finetune/run.py --only '1b-full-*' --steps 8 --budget-s 500
@@ -40,6 +43,8 @@ CHILD = HERE / "child.py"
 STARTED = time.monotonic()
 
 LORA_RANK = 64
+# accelbench.api.contract.ENV_RANDOM_INIT (this file imports nothing from the package: stdlib only).
+RANDOM_INIT = "ACCELBENCH_RANDOM_INIT"
 
 
 @dataclass(frozen=True)
@@ -72,7 +77,7 @@ CASES: list[Case] = [
         3072,
         1,
         gradient_checkpointing=True,
-        about="27B-class LoRA r64, grad ckpt, reduced depth",
+        about="27B-class LoRA r64, grad ckpt",
     ),
     Case(
         "27b-lora-b1-jax",
@@ -82,7 +87,7 @@ CASES: list[Case] = [
         3072,
         1,
         gradient_checkpointing=True,
-        about="27B-class LoRA r64, remat, reduced depth",
+        about="27B-class LoRA r64, remat",
     ),
     Case(
         "1b-full-torch-compile",
@@ -125,7 +130,7 @@ CASES: list[Case] = [
         1,
         gradient_checkpointing=True,
         compile=True,
-        about="27B-class LoRA r64, grad ckpt, torch.compile (not yet run on the H200)",
+        about="27B-class LoRA r64, grad ckpt, torch.compile",
     ),
     Case(
         "1b-full-torch-compile-b16",
@@ -235,6 +240,7 @@ def child_env(extra: dict[str, str], dry_run: bool) -> dict[str, str]:
     env.setdefault("HF_HUB_OFFLINE", "1")  # no internet on the device machine: never try the hub
     env.setdefault("TRANSFORMERS_OFFLINE", "1")
     env.pop("ACCELBENCH_COMPILE", None)
+    env.pop(RANDOM_INIT, None)  # set per case by --weights, never inherited
     if dry_run:
         env["CUDA_VISIBLE_DEVICES"] = ""
         env["JAX_PLATFORMS"] = "cpu"
@@ -337,7 +343,7 @@ def manifest(
     return {
         "apiVersion": "accelbench.io/v1alpha1",
         "kind": "FinetuneJob",
-        "metadata": {"name": case.name},
+        "metadata": {"name": f"bench-{case.name}"},  # a DNS label: starts with a letter
         "spec": {
             "model": model,
             "dataset": {"uri": dataset, "format": "chat", "heldOutFraction": 0},
@@ -470,6 +476,12 @@ def markdown(results: dict[str, Any]) -> str:
         f"- steps {meta['steps']} per case, the first {meta['warmup']} left out of tokens/s and MFU; "
         f"data: {meta['data']}; lossOn full, bf16, micro batch = global batch unless the batch "
         "column says (rows per forward/backward)",
+        "- weights: "
+        + (
+            "random, made on the device by the worker from a config-only dir (ACCELBENCH_RANDOM_INIT=1)"
+            if meta.get("weights", "files") == "device"
+            else "random safetensors written by transformers, loaded by the worker"
+        ),
         "",
         "| case | framework | model | method | seq × batch | grad ckpt | engine | tokens/s | MFU | "
         "step s | peak GB | compile s | setup s | ANCHORS tok/s (MFU) | status |",
@@ -590,7 +602,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=2, help="leading steps left out (default 2)")
     parser.add_argument("--budget-s", type=float, default=3600, help="skip cases once this much has passed")
     parser.add_argument("--case-timeout-s", type=float, default=480, help="limit for one case's process")
-    parser.add_argument("--big-layers", type=int, default=8, help="layers of the 27B-class model (of 62)")
+    parser.add_argument(
+        "--big-layers", type=int, default=0, help="layers of the 27B-class model (default 0: all 62)"
+    )
+    parser.add_argument(
+        "--weights",
+        choices=("device", "files"),
+        default="device",
+        help="device: config-only dirs, random weights made on the GPU by the worker (ENV_RANDOM_INIT); "
+        "files: random safetensors written by transformers and loaded by the worker",
+    )
     parser.add_argument("--shard-size", default="2GB", help="safetensors shard size of the model dirs")
     parser.add_argument("--data", choices=("long", "short"), default="long", help="see README.md")
     parser.add_argument(
@@ -639,6 +660,7 @@ def main(argv: list[str] | None = None) -> int:
             "data": args.data,
             "budget_s": args.budget_s,
             "big_layers": args.big_layers,
+            "weights": args.weights,
             "env": extra_env,
             "machine": machine_info(work),
         },
@@ -671,7 +693,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     # 2. Cases, each in its own process; models and datasets built lazily, before their first case.
-    models = DRY_MODELS if dry else {"1b": {"size": "1b"}, "27b": {"size": "27b", "layers": args.big_layers}}
+    big: dict[str, Any] = {"size": "27b", "layers": args.big_layers or None}
+    models = DRY_MODELS if dry else {"1b": {"size": "1b"}, "27b": big}
     built: dict[str, dict[str, Any] | str] = {}  # model key -> build result, or the error text
     for index, case in enumerate(cases, start=1):
         seq = case_seq(case, dry)
@@ -727,6 +750,8 @@ def main(argv: list[str] | None = None) -> int:
             case_env.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.9")
         if case.compile:
             case_env["ACCELBENCH_COMPILE"] = "1"
+        if args.weights == "device":
+            case_env[RANDOM_INIT] = "1"
         timeout = min(args.case_timeout_s, left)
         say(f"[{index}/{len(cases)}] {case.name} ({case.about}); timeout {timeout:.0f}s ...")
         result_path = work / f"result-{case.name}.json"
@@ -782,9 +807,12 @@ def build(
         name = f"data-{args.data}-{seq}-{rows}.jsonl"
         datasets.append({"path": str(work / name), "rows": rows, "seq": seq, "mode": args.data})
     layers = model.get("layers")
+    config_only = args.weights == "device"
+    name = f"gemma3-{key}" + (f"-{layers}l" if layers else "") + ("-config" if config_only else "")
     spec = {
         "model": {
-            "dir": str(work / (f"gemma3-{key}" + (f"-{layers}l" if layers else ""))),
+            "dir": str(work / name),
+            "config_only": config_only,
             "size": model["size"],
             "overrides": model.get("overrides"),
             "layers": layers,
@@ -807,8 +835,8 @@ def build(
     shape = child.result["model"]["shape"]
     say(
         f"    model {key}: {shape['layers']} of {shape['full_layers']} layers, hidden {shape['hidden']}, "
-        f"vocab {shape['vocab']}, {'reused' if child.result['model']['reused'] else 'written'} "
-        f"[{child.seconds:.0f}s]"
+        f"vocab {shape['vocab']}, {'reused' if child.result['model']['reused'] else 'written'}"
+        f"{' (config only: random weights on the device)' if config_only else ''} [{child.seconds:.0f}s]"
     )
     return child.result
 
