@@ -572,6 +572,56 @@ def test_queued_bench_client_waits_for_the_servers_admission_then_runs(
     assert obj["status"]["results"]["cells"]
 
 
+STUDY_SERVING = ["gemma4-31b-vllm-h100x2", "gemma4-31b-vllm-tpu-v6e"]
+
+
+def study_serving(example: str, tiny: dict[str, str]) -> dict[str, Any]:
+    """A study serving example with its structure (input lengths swept closed loop, the open-loop
+    point, the SLO search): the tiny model on the local-exec CPU node, `transformers serve` for
+    vLLM, fewer and shorter points."""
+    body = yaml.safe_load((ROOT / "examples" / "inference" / f"{example}.yaml").read_text())
+    body["metadata"] = {"name": example.replace("gemma4-31b-vllm-", "study-")}
+    spec = body["spec"]
+    spec["model"] = {"uri": tiny["model"], "family": "llama", "size": "tiny"}
+    spec["server"] = {"engine": "transformers"}
+    spec["accelerator"] = {"type": "cpu", "count": 1}
+    spec["scheduling"] = {"nodeSelector": {"accelbench.io/local-exec": "true"}}
+    spec.pop("output", None)
+    workload = spec["workload"]
+    assert workload["requestRates"] == [4] and len(workload["inputLengths"]) == 6  # the study's shape
+    workload.update(
+        {"inputLengths": [16, 32], "outputLength": 8, "concurrency": [1, 2], "requestsPerPoint": 4}
+    )
+    workload["warmupRequests"] = 1
+    spec["slo"]["ttftMs"] = 300  # the CPU fails it at a few users, so the search ends soon
+    return body
+
+
+def test_the_study_serving_examples_run_end_to_end_with_a_tiny_model(env: Env, tiny: dict[str, str]) -> None:
+    """Both study serving examples at once (each server gets its own port on the local executor):
+    status shows capacity per input length, the open-loop TTFT and the client's calibration."""
+    bodies = [study_serving(example, tiny) for example in STUDY_SERVING]
+    for body in bodies:
+        env.apply(body)
+    for body in bodies:
+        name = body["metadata"]["name"]
+        obj = wait_for(
+            lambda n=name: (
+                (o := env.get("inferencebenches", n)).get("status", {}).get("phase")
+                in ("Succeeded", "Failed")
+                and o
+            ),
+            timeout=420,
+            what=f"{name} terminal phase",
+        )
+        assert obj["status"]["phase"] == "Succeeded", obj["status"]
+        results = obj["status"]["results"]
+        assert [c["inputLength"] for c in results["capacityByInputLength"]] == [16, 32], results
+        opened = {c["inputLength"]: c for c in results["cells"] if c.get("requestRate") == 4}
+        assert set(opened) == {16, 32} and all(c["ttftP50Ms"] > 0 for c in opened.values()), opened
+        assert [p["requestRate"] for p in results["clientOverhead"]["points"]] == [4], results
+
+
 def test_compare_shows_the_finished_runs_side_by_side(env: Env) -> None:
     """`accelbench compare` reads the statuses through the apiserver: the quickstart runs above."""
     import json

@@ -22,6 +22,14 @@ OPERATOR = f"system:serviceaccount:{NAMESPACE}:{RELEASE}"
 DECISION = "authorization.k8s.io/decision"  # the authorizer's verdict, in every audit event
 
 # Granted but not seen as a request verb in the audit log, and why the grant is still needed.
+# Grants whose request depends on a race the suite does not control: used in some runs, not others.
+GRANTED_FOR_A_RACE: dict[tuple[str, str, str], str] = {
+    ("accelbench.io", plural, "get"): "a campaign reads a run only when its create finds the name taken "
+    "(the run exists but its event has not reached the index yet, e.g. right after an operator restart), "
+    "to tell its own from someone else's (unit-tested in test_campaign_plan.py; the 12-cell e2e's kills "
+    "make it happen in some runs)"
+    for plural in ("finetunejobs", "inferencebenches")
+}
 GRANTED_WITHOUT_A_REQUEST: dict[tuple[str, str, str], str] = {
     # Server-side apply is a PATCH; for an object that does not exist yet the API server also
     # authorizes it as `create` (the audit log records the request verb, patch).
@@ -36,11 +44,6 @@ GRANTED_WITHOUT_A_REQUEST: dict[tuple[str, str, str], str] = {
             ("rbac.authorization.k8s.io", "rolebindings"),
             ("networking.k8s.io", "networkpolicies"),
         )
-    },
-    **{
-        ("accelbench.io", plural, "get"): "a campaign reads a run only when its name is taken, to tell "
-        "its own (made by an earlier pass) from someone else's (unit-tested in test_campaign_plan.py)"
-        for plural in ("finetunejobs", "inferencebenches")
     },
     **{
         ("accelbench.io", f"{plural}/finalizers", "update"): "OwnerReferencesPermissionEnforcement asks "
@@ -112,7 +115,7 @@ def test_the_operator_used_its_grants_and_nothing_else(env: Env) -> None:
     grants = chart_grants()
     # Watches and lists are one verb each in RBAC and in the log ("watch" / "list").
     assert used <= grants, f"requests no grant covers: {sorted(used - grants)}"
-    unexplained = sorted(grants - used - set(GRANTED_WITHOUT_A_REQUEST))
+    unexplained = sorted(grants - used - set(GRANTED_WITHOUT_A_REQUEST) - set(GRANTED_FOR_A_RACE))
     assert not unexplained, f"grants no request used and no reason given for: {unexplained}"
     # The list above stays true: an entry the suite now exercises is no longer an exception.
     exercised = sorted(set(GRANTED_WITHOUT_A_REQUEST) & used)
