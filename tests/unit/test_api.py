@@ -241,3 +241,27 @@ def test_storage_uris_that_are_refused_with_the_accepted_forms(uri: str) -> None
 
     with pytest.raises(ValueError, match="must be pvc://CLAIM/PATH, gs://BUCKET/PATH"):
         ModelSource.model_validate({"uri": uri, "family": "llama", "size": "8b"})
+
+
+def test_a_thinned_bench_report_keeps_the_open_loop_points_and_the_cells_at_capacity() -> None:
+    """The termination message holds at most 8 cells of a long sweep; status reads the open-loop
+    TTFT and the latencies at SLO capacity from it, so those cells are never the ones thinned away
+    (a CI run once lost the 2 req/s point of a sweep whose capacity search added 8 cells)."""
+    from accelbench.api.status import BenchCell, BenchResults, InputLengthCapacity
+
+    levels = [1, 2, 4, 8, 16, 32, 24, 20, 18, 17]
+    cells = [BenchCell(input_length=16, concurrency=c, ttft_p50_ms=float(c)) for c in levels[:2]]
+    cells.append(BenchCell(input_length=16, request_rate=2.0, ttft_p50_ms=5.0))
+    cells += [BenchCell(input_length=16, concurrency=c, ttft_p50_ms=float(c)) for c in levels[2:]]
+    bench = BenchResults(
+        cells=cells,
+        capacity_concurrency=17,
+        capacity_by_input_length=[InputLengthCapacity(input_length=16, capacity_concurrency=17)],
+    )
+    report = WorkerReport(kind="bench", ok=True, framework="accelbench-bench", bench=bench)
+    kept = report.model_copy(deep=True)
+    kept.versions = {f"package-{i}": "x" * 300 for i in range(12)}  # too long whole: cells get thinned
+    back = parse_termination_message(kept.to_termination_message())
+    assert back.bench is not None and len(back.bench.cells) == 8
+    assert [c.request_rate for c in back.bench.cells if c.request_rate] == [2.0]
+    assert 17 in [c.concurrency for c in back.bench.cells] and back.bench.cells[0].concurrency == 1

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import Field, ValidationError
 
 from .base import ApiModel
-from .status import BenchResults, PassAtKResults
+from .status import BenchCell, BenchResults, PassAtKResults
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ class WorkerReport(ApiModel):
         if report.finetune is not None:
             report.finetune.loss_history = report.finetune.loss_history[-16:]
         if report.bench is not None:
-            report.bench.cells = _spread(report.bench.cells, 8)
+            report.bench.cells = _thin_cells(report.bench, 8)
         report.versions = dict(list(report.versions.items())[:6])
         text = _compact(report)
         if len(text.encode()) <= limit:
@@ -118,6 +118,23 @@ class WorkerReport(ApiModel):
         if len(text.encode()) > limit:
             raise ValueError(f"report does not fit {limit} bytes even without its lists and texts")
         return text
+
+
+def _thin_cells(bench: BenchResults, keep: int) -> list[BenchCell]:
+    """At most `keep` cells (more only when the cells status reads must stay: every open-loop point,
+    and the cells at each input length's SLO capacity, whose latencies are the run's headline), the
+    rest of the sweep evenly spaced from first to last; in the order measured."""
+    at_capacity = {(c.input_length, c.capacity_concurrency) for c in bench.capacity_by_input_length}
+    at_capacity |= {(length, bench.capacity_concurrency) for length in {c.input_length for c in bench.cells}}
+    must = [
+        i
+        for i, c in enumerate(bench.cells)
+        if c.request_rate is not None
+        or (c.concurrency is not None and (c.input_length, c.concurrency) in at_capacity)
+    ]
+    rest = [i for i in range(len(bench.cells)) if i not in set(must)]
+    kept = set(must) | set(_spread(rest, max(keep - len(must), 2)))
+    return [c for i, c in enumerate(bench.cells) if i in kept]
 
 
 def _spread(items: list, keep: int) -> list:
