@@ -142,9 +142,11 @@ def test_the_cpu_campaign_runs_every_cell_once_through_operator_kills(env: Env, 
 
 
 # ----------------------------------------------------------------------------- at the budget
-# The four paid cells cannot all fit: at $0.01 a second that is 45 s of paid runs in all, and a tiny
-# fine-tune here takes 15-25 s (start-up included) even on a quiet machine. A CI run with $1 once
-# ran all four ($0.71): the cap held, but nothing was held back, which is what this test is about.
+# The four paid cells cannot all fit: at $0.01 a second that is 45 s of paid runs in all; a tiny
+# fine-tune here takes 12-25 s (start-up included), and the last paid cell's projection is the
+# longest finished sibling scaled to its work (a 128-token cell at least twice a 64-token one). A CI
+# run with $1 once ran all four ($0.71): the cap held, but nothing was held back, which is what
+# this test is about; at $0.45 a clean-clone CI run ran three ($0.42) and held the fourth.
 BUDGET_USD = 0.45
 PAID = {"source": "custom", "dollarsPerChipHour": 36.0}  # a CPU "chip" at an H100 node's price per chip
 FREE = {"source": "catalog"}  # the catalog's local CPU: $0
