@@ -95,3 +95,17 @@ class StallWatch:
             return float(out.strip() or 0.0)
         except ValueError:
             return 0.0
+
+
+def bench_env(job: dict, url: str, termination_log: Path, **extra: str) -> dict[str, str]:
+    """The env the rendered client pod gets: the job, the server, its health path, where to report."""
+    import json
+
+    return {
+        "ACCELBENCH_JOB": json.dumps(job),
+        "ACCELBENCH_ENDPOINT": url,
+        "ACCELBENCH_HEALTH_PATH": "/health",
+        "ACCELBENCH_READY_TIMEOUT_SECONDS": "30",
+        "ACCELBENCH_TERMINATION_LOG": str(termination_log),
+        **extra,
+    }

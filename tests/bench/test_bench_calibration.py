@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 
 import pytest
-from bench_helpers import serve
+from bench_helpers import bench_env, serve
 from test_bench_main import JOB
 
 from accelbench.api.report import parse_termination_message
@@ -70,14 +70,7 @@ def test_a_run_with_open_loop_rates_reports_its_calibration_and_marks_its_cells(
     job["spec"]["workload"].update({"inputLengths": [32], "concurrency": [1], "requestRates": [5.0]})
     term, out = tmp_path / "termination-log", tmp_path / "results.json"
     with serve(["--ttft", "0.01", "--gap", "0.002"]) as url:
-        env = {
-            "ACCELBENCH_JOB": json.dumps(job),
-            "ACCELBENCH_ENDPOINT": url,
-            "ACCELBENCH_HEALTH_PATH": "/health",
-            "ACCELBENCH_READY_TIMEOUT_SECONDS": "30",
-            "ACCELBENCH_TERMINATION_LOG": str(term),
-        }
-        assert main(["--out", str(out), "--no-capacity-search"], env=env) == 0
+        assert main(["--out", str(out), "--no-capacity-search"], env=bench_env(job, url, term)) == 0
     bench = parse_termination_message(term.read_text()).bench
     assert bench is not None and bench.client_overhead is not None
     (calibrated,) = bench.client_overhead.points

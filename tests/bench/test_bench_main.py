@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from bench_helpers import serve
+from bench_helpers import bench_env, serve
 
 from accelbench.api.contract import ExitCode
 from accelbench.api.report import parse_termination_message
@@ -50,15 +50,7 @@ def test_env_contract_end_to_end(tmp_path: Path) -> None:
     out = tmp_path / "results.json"
     # TTFT 30 ms, so the 40 ms SLO holds at low concurrency; 5 ms chunks.
     with serve(["--ttft", "0.03", "--gap", "0.005"]) as url:
-        env = {
-            "ACCELBENCH_JOB": json.dumps(JOB),
-            "ACCELBENCH_ENDPOINT": url,
-            "ACCELBENCH_HEALTH_PATH": "/health",
-            "ACCELBENCH_READY_TIMEOUT_SECONDS": "30",
-            "ACCELBENCH_RESULTS_CONFIGMAP": "b-results",
-            "POD_NAMESPACE": "ns",
-            "ACCELBENCH_TERMINATION_LOG": str(term),
-        }
+        env = bench_env(JOB, url, term, ACCELBENCH_RESULTS_CONFIGMAP="b-results", POD_NAMESPACE="ns")
         assert main(["--out", str(out), "--max-concurrency", "4"], env=env) == 0
     report = parse_termination_message(term.read_text())
     assert report.ok and report.bench is not None
