@@ -83,6 +83,8 @@ CLUSTER_NAME = "accelbench-local"
 # annotations such as pod-complete.stage.kwok.x-k8s.io/delay: "1h".
 KWOK_PROFILES = ("fast", "general")
 DEFAULT_KWOK_PROFILE = os.environ.get("ACCELBENCH_KWOK_POD_STAGES", "fast")
+# Stages every profile gets: what a kubelet does that kwok's stock stages do not (see the file).
+KWOK_KUBELET_STAGES = Path(__file__).resolve().parent / "kwok-stages-kubelet.yaml"
 
 # Stop order: dependants first, etcd last.
 COMPONENTS = ("kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd")
@@ -533,6 +535,7 @@ def _component_args(
             str(bins / "kwok"),
             f"--kubeconfig={kc / 'kwok'}",
             f"--config={bins / f'kwok-stages-{kwok_profile}.yaml'}",
+            f"--config={KWOK_KUBELET_STAGES}",
             "--manage-all-nodes=false",
             f"--manage-nodes-with-label-selector={KWOK_NODE_KEY}={KWOK_NODE_VALUE}",
             f"--cidr={KWOK_POD_CIDR}",

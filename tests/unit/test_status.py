@@ -629,6 +629,23 @@ def test_cost_sums_every_segment_of_a_suspended_and_resumed_run_and_never_decrea
     assert again["cost"]["earlierHours"] == pytest.approx(1.5, abs=0.05)
 
 
+def test_an_end_seen_after_the_minute_it_preceded_never_lowers_the_bill() -> None:
+    """Seen in the lifecycle fuzz: the run was billed to the minute it was seen running in, and the
+    Job's end, delivered by the watch a moment later, was stamped a second before that minute."""
+    case = recorded("finetune_running")
+    running = observe(case["job"], case["pods"])
+    start = job_time(case, "startTime")
+    seen = start + timedelta(hours=1, seconds=20)
+    billed = derive_status(PRICED, running, generation=1, now=seen)
+    minute = seen.replace(second=0, microsecond=0)
+    ended_at = (minute - timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    ended = dataclasses.replace(running, phase=Phase.FAILED, reason="Failed", completion_time=ended_at)
+    final = derive_status({**PRICED, **billed}, ended, generation=1, now=seen + timedelta(seconds=5))
+    assert final["completionTime"] == ended_at
+    assert final["cost"]["hours"] >= billed["cost"]["hours"]
+    assert final["cost"]["dollars"] >= billed["cost"]["dollars"]
+
+
 def test_a_running_run_never_goes_back_to_scheduling() -> None:
     """Seen in the kill loop: the pod had finished and the Job was not Complete yet ("waiting for the
     Job's pods"); a preempted pod being re-created reads the same. The phase stays Running."""

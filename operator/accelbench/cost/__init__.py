@@ -66,11 +66,14 @@ def compute_cost(
     end: str | None,
     now: datetime,
     earlier_hours: float = 0.0,
+    shown_hours: float = 0.0,
 ) -> Cost | None:
+    """`shown_hours`: what status already billed. A bill never goes down: a running run is billed
+    to the minute it was seen in, and an end the watch delivered late can precede that minute."""
     segment = elapsed_hours(start, end, now)
     if segment is None and not earlier_hours:
         return None
-    hours = earlier_hours + (segment or 0.0)
+    hours = max(earlier_hours + (segment or 0.0), shown_hours)
     return Cost(
         dollars=round(chips * hours * dollars_per_chip_hour, 4),
         chips=chips,
