@@ -4,10 +4,13 @@
 # through STORAGE_EMULATOR_HOST) and versitygw (an S3 gateway, reached by boto3 through
 # AWS_ENDPOINT_URL_S3), started by hack/objectstores.py; Flux's source-controller and
 # kustomize-controller, with the CRDs of the same module versions copied into .servers/flux-crds/,
-# started by hack/flux.py.
+# started by hack/flux.py; Kueue, with its CRDs and webhook configurations in .servers/kueue-crds/
+# and .servers/kueue-webhooks/, started by hack/kueue.py; KubeRay's ray-operator with its CRDs in
+# .servers/kuberay-crds/, the Go peer of the scale benchmark.
 #
-# Cached like the control plane (hack/build-binaries.sh): $HOME/.cache/accelbench/servers/<key>/,
-# <key> hashing every go.mod/go.sum here and this script; a warm run only re-creates the links.
+# Cached per server like the control plane (hack/build-binaries.sh):
+# $HOME/.cache/accelbench/servers/<name>-<key>/, <key> hashing that server's go.mod/go.sum and this
+# script, so pinning a new server builds only that one; a warm run only re-creates the links.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -26,40 +29,79 @@ log() { printf '[build-servers] %s\n' "$*"; }
 declare -A CRDS_FROM=(
     [source-controller]="github.com/fluxcd/source-controller config/crd/bases flux-crds"
     [kustomize-controller]="github.com/fluxcd/kustomize-controller config/crd/bases flux-crds"
+    [kueue]="sigs.k8s.io/kueue config/components/crd/bases kueue-crds"
+    [kuberay]="github.com/ray-project/kuberay/ray-operator config/crd/bases kuberay-crds"
+)
+# Other files a server needs from its module: <server> -> "<module> <file> <folder under .servers/>".
+declare -A FILES_FROM=(
+    [kueue]="sigs.k8s.io/kueue config/components/webhook/manifests.yaml kueue-webhooks"
 )
 
-key="$(
-    cd "$REPO"
-    { find hack/servers -name 'go.mod' -o -name 'go.sum'; echo hack/build-servers.sh; } | LC_ALL=C sort |
-        while read -r f; do printf '%s  ' "$f"; sha256sum "$f" | cut -d' ' -f1; done | sha256sum | cut -c1-16
-)"
 cache_root="$HOME/.cache/accelbench/servers"
-out="$cache_root/$key"
 mkdir -p "$cache_root"
-exec 9>"$cache_root/.lock"
-flock 9
-if [ -f "$out/.complete" ]; then
-    log "cache hit: $out"
-else
-    tmp="$cache_root/.tmp-$key-$$"
+
+server_key() { # <name>: hash of its pins and this script
+    cd "$REPO"
+    for f in "hack/servers/$1/go.mod" "hack/servers/$1/go.sum" hack/build-servers.sh; do
+        printf '%s  ' "$f"
+        sha256sum "$f" | cut -d' ' -f1
+    done | sha256sum | cut -c1-16
+}
+
+copy_from_module() { # <dir> <module> <path in module> <target under the output> [glob]
+    local dir="$1" module="$2" path="$3" target="$4" moddir
+    moddir="$(cd "$dir" && go list -m -f '{{.Dir}}' "$module")"
+    mkdir -p "$tmp/$target"
+    if [ -d "$moddir/$path" ]; then
+        install -m 0644 "$moddir/$path"/*.yaml "$tmp/$target/"
+    else
+        install -m 0644 "$moddir/$path" "$tmp/$target/"
+    fi
+    log "copied $path of $module into $target/"
+}
+
+outs=()
+for dir in "$MODULES_DIR"/*/; do
+    name="$(basename "$dir")"
+    out="$cache_root/$name-$(server_key "$name")"
+    outs+=("$out")
+    if [ -f "$out/.complete" ]; then
+        log "cache hit: $out"
+        continue
+    fi
+    # One build of a server at a time (another clone may be building it); others go on.
+    exec 9>"$out.lock"
+    flock 9
+    if [ -f "$out/.complete" ]; then
+        log "built meanwhile: $out"
+        exec 9>&-
+        continue
+    fi
+    tmp="$cache_root/.tmp-$name-$$"
     rm -rf "$tmp" && mkdir -p "$tmp"
-    for dir in "$MODULES_DIR"/*/; do
-        name="$(basename "$dir")"
-        tool="$(sed -n 's/^tool //p' "$dir/go.mod")"
-        log "building $name ($tool)"
-        (cd "$dir" && go build -trimpath -ldflags="-s -w" -o "$tmp/$name" "$tool")
-        if [ -n "${CRDS_FROM[$name]:-}" ]; then
-            read -r module folder target <<<"${CRDS_FROM[$name]}"
-            moddir="$(cd "$dir" && go list -m -f '{{.Dir}}' "$module")"
-            mkdir -p "$tmp/$target"
-            install -m 0644 "$moddir/$folder"/*.yaml "$tmp/$target/"
-            log "copied $(find "$moddir/$folder" -name '*.yaml' | wc -l) CRD(s) of $module into $target/"
-        fi
-    done
+    tool="$(sed -n 's/^tool //p' "$dir/go.mod")"
+    log "building $name ($tool)"
+    (cd "$dir" && go build -trimpath -ldflags="-s -w" -o "$tmp/$name" "$tool")
+    if [ -n "${CRDS_FROM[$name]:-}" ]; then
+        copy_from_module "$dir" ${CRDS_FROM[$name]}
+    fi
+    if [ -n "${FILES_FROM[$name]:-}" ]; then
+        copy_from_module "$dir" ${FILES_FROM[$name]}
+    fi
     touch "$tmp/.complete"
     rm -rf "$out" && mv "$tmp" "$out"
-fi
-mkdir -p "$LINK_DIR"
-find "$LINK_DIR" -maxdepth 1 -type l -delete
-for f in "$out"/*; do ln -s "$f" "$LINK_DIR/$(basename "$f")"; done
-log "linked $(find "$LINK_DIR" -maxdepth 1 -type l | wc -l) server(s) and CRD folder(s) into $LINK_DIR"
+    exec 9>&-
+done
+rm -rf "$LINK_DIR" && mkdir -p "$LINK_DIR" # only links live here
+for out in "${outs[@]}"; do
+    for f in "$out"/*; do
+        # Two servers may share a CRD folder (Flux's): link its files one by one.
+        if [ -d "$f" ]; then
+            mkdir -p "$LINK_DIR/$(basename "$f")"
+            for g in "$f"/*; do ln -sf "$g" "$LINK_DIR/$(basename "$f")/$(basename "$g")"; done
+        else
+            ln -s "$f" "$LINK_DIR/$(basename "$f")"
+        fi
+    done
+done
+log "linked $(find "$LINK_DIR" -maxdepth 1 | tail -n +2 | wc -l) server(s) and folder(s) into $LINK_DIR"

@@ -263,7 +263,7 @@ def install_crds(kubectl: Path, kubeconfig: Path) -> list[str]:
     base = [str(kubectl), f"--kubeconfig={kubeconfig}"]
     names = [f"crd/{p.name.split('_', 1)[1].removesuffix('.yaml')}.{p.name.split('_', 1)[0]}" for p in files]
     for args in (
-        ["apply", "--server-side", "-f", str(CRDS.resolve())],  # kubectl does not follow a link
+        ["apply", "--server-side", *[arg for p in files for arg in ("-f", str(p.resolve()))]],
         ["wait", "--for=condition=Established", "--timeout=60s", *names],
     ):
         done = subprocess.run([*base, *args], capture_output=True, text=True, timeout=90)

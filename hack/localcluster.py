@@ -184,6 +184,14 @@ def _make_cert(pki: Path, name: str, subject: str, *, server_sans: list[str] | N
     )
 
 
+def issue_serving_cert(cluster_workdir: Path, name: str, sans: list[str]) -> tuple[Path, Path]:
+    """A serving certificate signed by the cluster's CA (its ca.crt is what the apiserver trusts as
+    a webhook's caBundle), for a server beside the control plane: (cert, key) paths."""
+    pki = cluster_workdir / "pki"
+    _make_cert(pki, name, f"/CN={name}", server_sans=sans)
+    return pki / f"{name}.crt", pki / f"{name}.key"
+
+
 # Client identities: the CNs/groups are the ones the built-in RBAC roles bind to.
 CLIENT_IDENTITIES = {
     "admin": "/O=system:masters/CN=accelbench-admin",

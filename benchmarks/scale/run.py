@@ -463,13 +463,20 @@ class Operator:
         localcluster.wait_until(ok, "operator liveness", timeout)
 
     def metrics(self) -> dict[str, float]:
-        """The operator's own reconcile counters and time (accelbench_reconcile*)."""
+        """The operator's own reconcile counters and time, its API requests and rate-limit waits."""
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         with urllib.request.urlopen(url, timeout=10) as resp:
             text = resp.read().decode()
         out = {}
         for line in text.splitlines():
-            if line.startswith(("accelbench_reconciles_total", "accelbench_reconcile_duration_seconds_sum")):
+            if line.startswith(
+                (
+                    "accelbench_reconciles_total",
+                    "accelbench_reconcile_duration_seconds_sum",
+                    "accelbench_api_requests_total",
+                    "accelbench_api_throttled_seconds",
+                )
+            ):
                 key, value = line.rsplit(" ", 1)
                 out[key] = float(value)
             if line.startswith("accelbench_reconcile_duration_seconds_count"):
@@ -596,6 +603,124 @@ def versions() -> dict[str, str]:
 
 
 # --------------------------------------------------------------------------- main
+
+
+def api_requests(op_metrics: dict[str, float], runs: int) -> dict[str, Any]:
+    """The operator's API requests per run by method, and how many the apiserver answered 429."""
+    per_method: dict[str, float] = {}
+    throttled = 0.0
+    for key, value in op_metrics.items():
+        if not key.startswith("accelbench_api_requests_total{"):
+            continue
+        labels = dict(part.split("=", 1) for part in key[key.index("{") + 1 : -1].split(","))
+        method, code = labels["method"].strip('"'), labels["code"].strip('"')
+        per_method[method] = per_method.get(method, 0.0) + value
+        throttled += value if code == "429" else 0.0
+    return {
+        "per_run_by_method": {m: round(v / runs, 2) for m, v in sorted(per_method.items())},
+        "writes_per_run": round(sum(v for m, v in per_method.items() if m != "GET") / runs, 2),
+        "answered_429": int(throttled),
+        "waited_in_rate_limit_s": op_metrics.get("accelbench_api_throttled_seconds"),
+    }
+
+
+def _peer_module() -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("scale_peer", Path(__file__).resolve().parent / "peer.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_peer(
+    api: Api,
+    cluster: localcluster.Cluster,
+    kubectl: list[str],
+    tmp: Path,
+    count: int,
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    """The same number of runs through KubeRay on the same control plane (benchmarks/scale/peer.py),
+    measured the same way; accelbench's runs stay Running meanwhile."""
+    peer = _peer_module()
+    kuberay = peer.KubeRay(cluster.kubeconfig, kubectl, tmp)
+    tracker = peer.RayTracker()
+    try:
+        kuberay.wait_ready()
+        time.sleep(2.0)
+        pids = {"kuberay": kuberay.pid, **{n: cluster.pids[n] for n in COMPONENTS}}
+        tracker.start(api, NAMESPACE)
+        before = snapshot(pids)
+        names = [f"ray-{i:05d}" for i in range(count)]
+        print(f"peer: creating {count} RayClusters with {args.create_workers} threads ...")
+        t0 = time.monotonic()
+        created = peer.create_rayclusters(api, names, NAMESPACE, args.create_workers)
+        create_s = time.monotonic() - t0
+        deadline, last_print = t0 + args.timeout, 0.0
+        while time.monotonic() < deadline:
+            c = tracker.counts()
+            if min(c.values()) >= count:
+                break
+            if time.monotonic() - last_print >= 10:
+                print(f"  peer t={time.monotonic() - t0:6.1f}s {c}", flush=True)
+                last_print = time.monotonic()
+            time.sleep(0.25)
+        done_at = snapshot(pids)
+        steady_from = snapshot(pids)
+        time.sleep(args.steady_seconds)
+        steady_to = snapshot(pids)
+        final_counts = tracker.counts()
+        with tracker.lock:
+            pod_lat = [tracker.pod_seen[n] - created[n] for n in created if n in tracker.pod_seen]
+            ready_lat = [tracker.ready[n] - created[n] for n in created if n in tracker.ready]
+            result = {
+                "operator": "KubeRay ray-operator v1.5.0 (reconcile concurrency 1, QPS 100, burst 200)",
+                "runs": count,
+                "create_s": round(create_s, 2),
+                "all_head_pods_exist_s": peer.summary(tracker.pod_seen, t0),
+                "all_pods_running_s": peer.summary(tracker.pod_running, t0),
+                "all_ready_s": peer.summary(tracker.ready, t0),
+                "timed_out": min(final_counts.values()) < count,
+                "final_counts": final_counts,
+                "head_pod_latency_from_own_create_s": percentiles(pod_lat),
+                "ready_latency_from_own_create_s": percentiles(ready_lat),
+                "cpu_seconds_burst": cpu_delta(before, done_at),
+                "steady_state_cpu_percent": {
+                    k: round(v / args.steady_seconds * 100, 1)
+                    for k, v in cpu_delta(steady_from, steady_to).items()
+                },
+                "peak_rss_mib": {k: v["hwm_mib"] for k, v in steady_to.items()},
+            }
+        print(f"peer: {peer.dump({k: v for k, v in result.items() if not isinstance(v, dict)})}")
+        return result
+    finally:
+        tracker.stop.set()
+        kuberay.stop()
+
+
+def ratios(ours: dict[str, Any], peer: dict[str, Any]) -> dict[str, float | None]:
+    """accelbench / KubeRay, each measured from its own first create on the same control plane."""
+
+    def ratio(a: float | None, b: float | None) -> float | None:
+        return round(a / b, 2) if a is not None and b else None
+
+    results = ours["results"]
+    return {
+        "child_exists_time": ratio(results["all_child_jobs_exist_s"], peer["all_head_pods_exist_s"]),
+        "pods_running_time": ratio(results["all_pods_running_s"], peer["all_pods_running_s"]),
+        "status_running_time": ratio(results["all_finetunejobs_running_s"], peer["all_ready_s"]),
+        "burst_cpu_seconds": ratio(
+            ours["cpu_seconds"]["burst_first_create_to_all_running"].get("operator"),
+            peer["cpu_seconds_burst"].get("kuberay"),
+        ),
+        "idle_cpu": ratio(
+            ours["steady_state_cpu_percent"].get("operator"), peer["steady_state_cpu_percent"].get("kuberay")
+        ),
+        "peak_rss": ratio(ours["peak_rss_mib"].get("operator"), peer["peak_rss_mib"].get("kuberay")),
+    }
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -731,7 +856,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             ]
         counts = tracker.counts()
         op_log = operator.log.read_text(errors="replace") if operator.log.exists() else ""
-        return {
+        ours = {
             "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "command": " ".join([Path(sys.executable).name, *sys.argv]),
             "machine": machine(),
@@ -771,6 +896,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "steady_state_cpu_percent": steady,
             "peak_rss_mib": {k: v["hwm_mib"] for k, v in final.items()},
             "operator_metrics": op_metrics,
+            "operator_api_requests": api_requests(op_metrics, len(jobs)),
             "operator_log": {
                 "lines": op_log.count("\n"),
                 "errors": op_log.count("[ERROR"),
@@ -778,6 +904,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             },
             "timeline": sampler.samples,
         }
+        if args.peer == "kuberay":
+            ours["peer"] = run_peer(api, cluster, kubectl, tmp, len(jobs), args)
+            ours["ratio_to_peer"] = ratios(ours, ours["peer"])
+        return ours
     finally:
         tracker.stop.set()
         if sampler is not None:
@@ -812,7 +942,15 @@ def main(argv: list[str] | None = None) -> int:
         "--name", default=None, help="results file name (default results-<jobs>x<nodes>.json)"
     )
     parser.add_argument("--keep-logs", action="store_true", help="copy the operator log to OUT/logs")
+    parser.add_argument(
+        "--peer",
+        choices=("kuberay", "none"),
+        default="kuberay",
+        help="after accelbench, the same number of runs through a Go operator on the same control plane",
+    )
     args = parser.parse_args(argv)
+    if args.out.suffix == ".json":  # a file (the test suite's form), else a directory
+        args.out, args.name = args.out.parent, args.out.name
     args.out.mkdir(parents=True, exist_ok=True)
     result = run(args)
     path = args.out / (args.name or f"results-{args.jobs}x{args.nodes}.json")
@@ -822,8 +960,11 @@ def main(argv: list[str] | None = None) -> int:
     burst = result["cpu_seconds"]["burst_first_create_to_all_running"]
     print(f"operator CPU s (burst): {burst.get('operator')}")
     print(f"peak RSS MiB: {result['peak_rss_mib']}")
+    if "ratio_to_peer" in result:
+        print(f"accelbench / KubeRay: {result['ratio_to_peer']}")
     print(f"wrote {path}")
-    return 0 if not result["results"]["timed_out"] else 1
+    timed_out = result["results"]["timed_out"] or result.get("peer", {}).get("timed_out", False)
+    return 0 if not timed_out else 1
 
 
 if __name__ == "__main__":

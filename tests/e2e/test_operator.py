@@ -526,52 +526,6 @@ def test_the_quickstarts_run_in_a_pod_security_restricted_namespace(env: Env, ti
         env.kubectl("delete", "namespace", ns, "--wait=false")
 
 
-def test_queued_bench_client_waits_for_the_servers_admission_then_runs(
-    env: Env, tiny: dict[str, str]
-) -> None:
-    """Kueue admits the server Job by clearing its suspend (played here by the test); the client Job,
-    which has no queue, must stay suspended until then and be resumed by the operator after."""
-    body = yaml.safe_load((ROOT / "examples/quickstart/inference-tiny-cpu.yaml").read_text())
-    body["metadata"]["name"] = "queued-bench"
-    body["spec"]["model"]["uri"] = tiny["model"]
-    body["spec"]["queueName"] = "local-queue"
-    body["spec"]["workload"].update({"inputLengths": [16], "concurrency": [1], "requestsPerPoint": 2})
-    env.apply(body)
-    server = wait_for(
-        lambda: next((j for j in env.batch.list_namespaced_job("default").items
-                      if j.metadata.name == "queued-bench-server"), None),
-        timeout=60,
-        what="queued server Job",
-    )  # fmt: skip
-    assert server.spec.suspend is True
-    assert server.metadata.labels["kueue.x-k8s.io/queue-name"] == "local-queue"
-    wait_for(
-        lambda: env.get("inferencebenches", "queued-bench").get("status", {}).get("phase") == "Suspended",
-        timeout=30,
-        what="phase Suspended",
-    )
-    client_job = env.batch.read_namespaced_job("queued-bench-client", "default")
-    assert client_job.spec.suspend is True and "kueue.x-k8s.io/queue-name" not in client_job.metadata.labels
-    # Kueue's admission: it clears suspend on the queued Job (and would inject its flavor's labels).
-    env.batch.patch_namespaced_job("queued-bench-server", "default", {"spec": {"suspend": False}})
-    wait_for(
-        lambda: env.batch.read_namespaced_job("queued-bench-client", "default").spec.suspend is False,
-        timeout=30,
-        what="client resumed after the server's admission",
-    )
-    obj = wait_for(
-        lambda: (
-            (o := env.get("inferencebenches", "queued-bench")).get("status", {}).get("phase")
-            in ("Succeeded", "Failed")
-            and o
-        ),
-        timeout=300,
-        what="queued InferenceBench terminal phase",
-    )
-    assert obj["status"]["phase"] == "Succeeded", obj["status"]
-    assert obj["status"]["results"]["cells"]
-
-
 STUDY_SERVING = ["gemma4-31b-vllm-h100x2", "gemma4-31b-vllm-tpu-v6e"]
 
 

@@ -29,22 +29,20 @@ GRANTED_FOR_A_RACE: dict[tuple[str, str, str], str] = {
     "to tell its own from someone else's (unit-tested in test_campaign_plan.py; the 12-cell e2e's kills "
     "make it happen in some runs)"
     for plural in ("finetunejobs", "inferencebenches")
+} | {
+    (group, resource, "get"): "a run's first apply creates its children (POST) and reads one only when "
+    "the create finds the name taken (a pass whose status write was lost, or a foreign object); a "
+    "later apply (an edit before the start, a deleted child made again) reads before it applies"
+    for group, resource in (
+        ("batch", "jobs"),
+        ("", "services"),
+        ("", "serviceaccounts"),
+        ("rbac.authorization.k8s.io", "roles"),
+        ("rbac.authorization.k8s.io", "rolebindings"),
+        ("networking.k8s.io", "networkpolicies"),
+    )
 }
 GRANTED_WITHOUT_A_REQUEST: dict[tuple[str, str, str], str] = {
-    # Server-side apply is a PATCH; for an object that does not exist yet the API server also
-    # authorizes it as `create` (the audit log records the request verb, patch).
-    **{
-        (group, resource, "create"): "server-side apply of a new child is authorized as create"
-        for group, resource in (
-            ("batch", "jobs"),
-            ("", "services"),
-            ("", "serviceaccounts"),
-            ("", "configmaps"),
-            ("rbac.authorization.k8s.io", "roles"),
-            ("rbac.authorization.k8s.io", "rolebindings"),
-            ("networking.k8s.io", "networkpolicies"),
-        )
-    },
     **{
         ("accelbench.io", f"{plural}/finalizers", "update"): "OwnerReferencesPermissionEnforcement asks "
         "it of whoever sets blockOwnerDeletion on an owner reference (an authorization check, not a request)"

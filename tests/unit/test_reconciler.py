@@ -21,6 +21,8 @@ from accelbench.controller.state import ControllerState
 class FakeKube:
     def __init__(self, error: Exception | None = None, existing: dict[tuple[str, str], Any] | None = None):
         self.applied: list[dict[str, Any]] = []
+        self.created: list[dict[str, Any]] = []
+        self.reads: list[tuple[str, str]] = []
         self.status_writes: list[tuple[dict[str, Any], str | None]] = []
         self.events: list[tuple[str, str, str]] = []
         self.deleted: list[str] = []
@@ -35,7 +37,15 @@ class FakeKube:
         self.applied.append(obj)
         return obj
 
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Recorded in `applied` too: every child written, by a create or an apply."""
+        if (obj["kind"], obj["metadata"]["name"]) in self.existing:
+            raise ApiException(status=409, reason="AlreadyExists")
+        self.created.append(obj)
+        return self.apply(obj)
+
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        self.reads.append((kind, name))
         return self.existing.get((kind, name))
 
     def patch_status(self, obj: Any, status: dict[str, Any], resource_version: str | None) -> dict[str, Any]:
@@ -122,6 +132,24 @@ def test_a_new_generation_applies_owned_children_and_writes_plan_status(state: C
     assert status["cost"]["dollarsPerChipHour"] == load_catalog().get("tpu-v5p").price.on_demand
     assert status["conditions"][0]["reason"] == "ChildrenCreated"
     assert state.kube.events[0][1] == "ChildrenCreated"  # type: ignore[attr-defined]
+
+
+def test_a_first_apply_creates_each_child_in_one_request_and_reads_only_what_is_held(
+    state: ControllerState,
+) -> None:
+    """Issue 17: requests per new run. A POST per child, no read; a child that exists (a pass that
+    created it before its status write was lost) is read, found ours, and applied, and the Job
+    waits for that read."""
+    run(state, copy.deepcopy(MANIFEST))
+    kube = state.kube
+    assert len(kube.created) == 6 and kube.reads == []  # type: ignore[attr-defined]
+    ours = {"kind": "FinetuneJob", "name": "gemma-lora", "uid": "u-1"}
+    state.kube = FakeKube(existing={("ConfigMap", "gemma-lora-results"): foreign("ConfigMap", "x", ours)})  # type: ignore[assignment]
+    assert run(state, copy.deepcopy(MANIFEST)).label == "applied"
+    again = state.kube
+    # The held ConfigMap is read; the Job waits for that and is read too (not in the Job index).
+    assert again.reads == [("ConfigMap", "gemma-lora-results"), ("Job", "gemma-lora-train")]  # type: ignore[attr-defined]
+    assert len(again.created) == 4 and len(again.applied) == 6  # type: ignore[attr-defined]
 
 
 def test_an_applied_generation_is_not_applied_again(state: ControllerState) -> None:
@@ -316,7 +344,8 @@ def foreign(kind: str, name: str, owner: dict[str, Any] | None = None) -> dict[s
 def test_a_foreign_object_with_a_childs_name_is_never_touched(state: ControllerState) -> None:
     state.kube = FakeKube(existing={("Service", "gemma-lora-train"): foreign("Service", "gemma-lora-train")})  # type: ignore[assignment]
     outcome = run(state, copy.deepcopy(MANIFEST))
-    assert state.kube.applied == []  # type: ignore[attr-defined]  # not even the free ones
+    written_kinds = [o["kind"] for o in state.kube.applied]  # type: ignore[attr-defined]
+    assert "Job" not in written_kinds and "Service" not in written_kinds  # no Job beside a foreign Service
     assert outcome.label == "conflict" and outcome.requeue_after == 30.0
     status = written(state)
     kstatus = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}

@@ -146,6 +146,23 @@ def test_queued_in_kueue() -> None:
     assert "tpu-queue" in obs.message
 
 
+def test_a_bench_whose_server_waits_in_kueue_says_so_not_that_its_client_is_suspended() -> None:
+    """Seen with real Kueue: only the server Job is queued; the client Job is held (suspended, no
+    queue label) until the server is admitted, and the bench read "the Job is suspended"."""
+    from accelbench.controller.observe import observe_server
+
+    queued = recorded("finetune_queued")["job"]
+    server = copy.deepcopy(queued)
+    server["metadata"]["name"] = "bench-server"
+    obs = observe_server(server, [])
+    assert obs is not None and (obs.phase, obs.reason) == ("Suspended", "Queued")
+    assert "tpu-queue" in obs.message
+    admitted = copy.deepcopy(server)
+    admitted["spec"]["suspend"] = False
+    admitted["status"].pop("conditions", None)
+    assert observe_server(admitted, []) is None  # the client's own state then tells the phase
+
+
 def test_suspended() -> None:
     obs = observed("finetune_suspended")
     assert (obs.phase, obs.reason) == ("Suspended", "Suspended")

@@ -49,3 +49,14 @@ def test_backoff_doubles_to_a_cap_and_resets() -> None:
     assert delays[:3] == [1.0, 2.0, 4.0] and delays[-1] == BACKOFF_MAX_S
     queue.forget("a")
     assert queue.backoff("a") == 1.0
+
+
+def test_periodic_passes_of_a_large_fleet_are_spread_and_retries_never_are() -> None:
+    from accelbench.controller.loop import PERIODIC_MAX_S, PERIODIC_PASSES_PER_S, spread
+    from accelbench.controller.reconciler import RUNNING_PASS_S
+
+    assert spread(RUNNING_PASS_S, scheduled=10) == RUNNING_PASS_S  # a small fleet keeps its pace
+    assert spread(RUNNING_PASS_S, scheduled=1000) == 1000 / PERIODIC_PASSES_PER_S
+    assert spread(RUNNING_PASS_S, scheduled=100_000) == PERIODIC_MAX_S  # the billing minute holds
+    assert spread(0.5, scheduled=100_000) == 0.5  # a conflict retry, the look after an apply
+    assert spread(300.0, scheduled=10) == 300.0  # a TTL far off is not brought closer

@@ -42,7 +42,13 @@ from .cache import (
 from .kube import Kube, load_config
 from .loop import Controller, Indexes
 from .metrics import METRICS
-from .state import DEFAULT_PRICES_CONFIGMAP, ControllerState, network_policies, operator_namespace
+from .state import (
+    DEFAULT_PRICES_CONFIGMAP,
+    ControllerState,
+    api_limiter,
+    network_policies,
+    operator_namespace,
+)
 
 KINDS = (FinetuneJob, InferenceBench)
 KIND_NAMES = frozenset(k.KIND for k in KINDS)
@@ -69,8 +75,10 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.
     settings.watching.client_timeout = 330
     if not hasattr(memo, "state"):
         load_config()
+        limiter = api_limiter()
+        METRICS.api_throttled.set_function(lambda: limiter.waited_s)
         memo.state = ControllerState(
-            kube=Kube(),
+            kube=Kube(limiter=limiter, on_response=METRICS.observe_request),
             metrics=METRICS,
             price_namespace=operator_namespace(),
             price_config_map=os.environ.get(ENV_OPERATOR_PRICES_CONFIGMAP, DEFAULT_PRICES_CONFIGMAP),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -16,6 +16,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from ..api.contract import MANAGED_BY
+from .ratelimit import TokenBucket, retry_after_seconds
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,7 @@ PLURALS: dict[str, str] = {
     "Lease": "leases",
 }
 MERGE_PATCH = "application/merge-patch+json"
+TOO_MANY_REQUESTS = 429
 
 
 def resource_path(api_version: str, kind: str, namespace: str | None, name: str | None = None) -> str:
@@ -63,10 +65,18 @@ def load_config(kubeconfig: str | None = None, context: str | None = None) -> No
 
 
 class Kube:
-    """The operator's only client. Every method is one request (plus paging for lists)."""
+    """The operator's only client. Every method is one request (plus paging for lists), each taking
+    a token from `limiter` first when there is one (ratelimit.py)."""
 
-    def __init__(self, api_client: client.ApiClient | None = None) -> None:
+    def __init__(
+        self,
+        api_client: client.ApiClient | None = None,
+        limiter: TokenBucket | None = None,
+        on_response: Callable[[str, int], None] | None = None,
+    ) -> None:
         self.api = api_client or client.ApiClient()
+        self.limiter = limiter
+        self.on_response = on_response  # (method, status): the request counter
 
     def _call(
         self,
@@ -86,10 +96,16 @@ class Kube:
                 headers[setting["key"]] = setting["value"]
         url = self.api.configuration.host + path + (f"?{urlencode(list(query))}" if query else "")
         payload = self.api.sanitize_for_serialization(body) if body is not None else None
+        if self.limiter is not None:
+            self.limiter.acquire()
         response = self.api.rest_client.request(
             method, url, headers=headers, body=payload, _request_timeout=timeout
         )
         data = response.data if getattr(response, "data", None) is not None else response.read()
+        if self.on_response is not None:
+            self.on_response(method, response.status)
+        if response.status == TOO_MANY_REQUESTS and self.limiter is not None:
+            self.limiter.pause(retry_after_seconds(response.getheader("Retry-After")))
         if not 200 <= response.status < 300:
             raise ApiException(http_resp=response)
         return json.loads(data) if data else {}
@@ -100,6 +116,12 @@ class Kube:
         path = resource_path(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"])
         query = [("fieldManager", FIELD_MANAGER), ("force", "true")]
         return self._call("PATCH", path, query=query, body=dict(obj), content_type=APPLY_CONTENT_TYPE)
+
+    def create(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """POST: fails with 409 when anything holds the name, so nothing of anyone else is touched."""
+        meta = obj["metadata"]
+        path = resource_path(obj["apiVersion"], obj["kind"], meta.get("namespace"))
+        return self._call("POST", path, query=[("fieldManager", FIELD_MANAGER)], body=dict(obj))
 
     def patch_status(
         self, obj: Mapping[str, Any], status: Mapping[str, Any], resource_version: str | None
@@ -143,12 +165,6 @@ class Kube:
         query = [("fieldSelector", f"involvedObject.uid={uid}"), ("limit", "100")]
         page = self._call("GET", resource_path("v1", "Event", namespace), query=query)
         return list(page.get("items") or [])
-
-    def create(self, obj: Mapping[str, Any]) -> dict[str, Any]:
-        meta = obj["metadata"]
-        return self._call(
-            "POST", resource_path(obj["apiVersion"], obj["kind"], meta.get("namespace")), body=dict(obj)
-        )
 
     def replace(self, obj: Mapping[str, Any]) -> dict[str, Any]:
         """PUT; with metadata.resourceVersion set, a write from an older read is refused (409)."""

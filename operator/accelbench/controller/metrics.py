@@ -31,6 +31,17 @@ class Metrics:
         self.resources = Gauge(
             "accelbench_resources", "Resources by kind and phase.", ["kind", "phase"], registry=r
         )
+        self.api_requests = Counter(
+            "accelbench_api_requests",
+            "The operator's API requests by HTTP method and status code.",
+            ["method", "code"],
+            registry=r,
+        )
+        self.api_throttled = Gauge(
+            "accelbench_api_throttled_seconds",
+            "Seconds the operator's API requests waited in its client-side rate limit, in total.",
+            registry=r,
+        )
         self.result_gauges: dict[str, Gauge] = {
             name: Gauge(f"accelbench_{name}", help_, RESULT_LABELS, registry=r)
             for name, help_ in (
@@ -49,6 +60,9 @@ class Metrics:
         # kopf runs sync handlers in a thread pool: the maps are shared between threads (the scale
         # benchmark hit "dictionary keys changed during iteration" without this lock).
         self._lock = threading.RLock()
+
+    def observe_request(self, method: str, code: int) -> None:
+        self.api_requests.labels(method=method, code=str(code)).inc()
 
     def observe_reconcile(self, kind: str, outcome: str, seconds: float) -> None:
         self.reconciles.labels(kind=kind, outcome=outcome).inc()

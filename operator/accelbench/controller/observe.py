@@ -427,11 +427,15 @@ def _restarting(pod: Obj) -> bool:
 
 def observe_server(server: Obj | None, pods: Sequence[Obj]) -> Observation | None:
     """An InferenceBench whose server Job failed (the model could not be fetched, the engine crashed
-    past its retries) has failed for that reason, whatever its client is still waiting for."""
+    past its retries) has failed for that reason, whatever its client is still waiting for. One
+    whose server Job is suspended (waiting in a Kueue queue: only the server is queued) says so; its
+    client Job is merely held until the server is admitted."""
     if server is None:
         return None
     failed = job_condition(server, "Failed")
     if failed is None:
+        if (server.get("spec") or {}).get("suspend"):
+            return _suspended(server)
         return None
     obs = _failed(server, pods, failed)
     # The server writes no WorkerReport: nothing of it is a result to ingest.

@@ -182,6 +182,25 @@ def _holder(state: ControllerState, child: Mapping[str, Any], owned_jobs: set[st
         raise RetryLater(f"reading {child['kind']}/{meta['name']} failed: {exc}") from exc
 
 
+def _apply_failed(
+    w: Writes, child: Mapping[str, Any], exc: ApiException, generation: int | None, now: datetime
+) -> Outcome:
+    """What a refused create or apply of a child means for the run (RetryLater when it is passing)."""
+    ref = f"{child['kind']}/{child['metadata']['name']}"
+    if exc.status in (400, 422):  # e.g. an immutable Job template after a spec edit
+        refusal = f"the apiserver refused {ref}: {api_error_message(exc)}"
+        if not w.status.get("children"):
+            return Outcome(_refuse(w, refusal, generation, now))  # nothing runs yet
+        w.update(not_applied_status(w.status, refusal, generation, APPLY_REJECTED))
+        w.update({"observedGeneration": generation})  # handled: not re-applied on every pass
+        w.event("Warning", APPLY_REJECTED, refusal)
+        return Outcome("rejected")
+    if exc.status == 403 and any(q in api_error_message(exc) for q in QUOTA_REFUSALS):
+        _over_quota(w, f"a ResourceQuota refused {ref}: {api_error_message(exc)}", generation)
+        return Outcome("quota", requeue_after=QUOTA_RETRY_S)
+    raise RetryLater(f"applying {ref} failed ({exc.status}): {api_error_message(exc)}") from exc
+
+
 def ensure_children(
     body: Mapping[str, Any],
     w: Writes,
@@ -206,28 +225,38 @@ def ensure_children(
     live = {str((j.get("metadata") or {}).get("name")): j for j in jobs}
     children = [leave_suspend_to_kueue(obj, live) for obj in rendered.objects]
     chosen = [c for c in children if only in (None, (c["kind"], c["metadata"]["name"]))]
-    for child in chosen:
+    # A run's first apply creates (POST) each child: one request, and a 409 when anything holds the
+    # name; only then is the holder read. Jobs come last and only when nothing was held, so no Job
+    # starts beside a foreign Service or ConfigMap. Later applies (an edit before the start, a
+    # re-created child) read every holder first, as a re-apply must never take over what it does
+    # not own. Fields set at creation belong to our Update manager, later ones to our Apply manager.
+    remaining = list(chosen)
+    if not w.status.get("children"):
+        remaining = []
+        for child in sorted(chosen, key=lambda c: c["kind"] == "Job"):
+            if remaining and child["kind"] == "Job":
+                remaining.append(child)
+                continue
+            try:
+                state.kube.create(child)
+            except ApiException as exc:
+                if exc.status != 409:
+                    return _apply_failed(w, child, exc, generation, now)
+                remaining.append(child)  # something holds the name: read it below
+            except (HTTPError, OSError) as exc:
+                ref = f"{child['kind']}/{child['metadata']['name']}"
+                raise RetryLater(f"creating {ref} failed: {exc}") from exc
+    for child in remaining:
         held = foreign_holder(_holder(state, child, owned_jobs), uid, kind, name)
         if held is not None:
             _conflict(w, held[0], generation)
             return Outcome("conflict", requeue_after=held[1])
-    for child in chosen:
+    for child in remaining:
         ref = f"{child['kind']}/{child['metadata']['name']}"
         try:
             state.kube.apply(child)
         except ApiException as exc:
-            if exc.status in (400, 422):  # e.g. an immutable Job template after a spec edit
-                refusal = f"the apiserver refused {ref}: {api_error_message(exc)}"
-                if not w.status.get("children"):
-                    return Outcome(_refuse(w, refusal, generation, now))  # nothing runs yet
-                w.update(not_applied_status(w.status, refusal, generation, APPLY_REJECTED))
-                w.update({"observedGeneration": generation})  # handled: not re-applied on every pass
-                w.event("Warning", APPLY_REJECTED, refusal)
-                return Outcome("rejected")
-            if exc.status == 403 and any(q in api_error_message(exc) for q in QUOTA_REFUSALS):
-                _over_quota(w, f"a ResourceQuota refused {ref}: {api_error_message(exc)}", generation)
-                return Outcome("quota", requeue_after=QUOTA_RETRY_S)
-            raise RetryLater(f"applying {ref} failed ({exc.status}): {api_error_message(exc)}") from exc
+            return _apply_failed(w, child, exc, generation, now)
         except (HTTPError, OSError) as exc:
             raise RetryLater(f"applying {ref} failed: {exc}") from exc
 

@@ -34,6 +34,11 @@ class WorkQueue(Generic[K]):
     def __len__(self) -> int:
         return len(self._queued)
 
+    @property
+    def scheduled(self) -> int:
+        """Keys waiting on a timed wake-up (add_after)."""
+        return len(self._wakeups)
+
     def add(self, key: K) -> None:
         if key in self._active:
             self._again.add(key)
