@@ -663,6 +663,50 @@ def test_an_end_seen_after_the_minute_it_preceded_never_lowers_the_bill() -> Non
     assert final["cost"]["dollars"] >= billed["cost"]["dollars"]
 
 
+def test_no_sequence_of_observations_lowers_the_bill() -> None:
+    """Seeded random walks through running, suspended (with and without the Job's Suspended time),
+    resumed and ended observations a few seconds apart, each derived from the status before: the
+    dollars never go down. It found a bill floored on the rounded hours whose dollars rounded
+    lower ($0.1152 -> $0.1151; the lifecycle fuzz saw $0.0069 -> $0.0068)."""
+    import random
+
+    case = recorded("finetune_running")
+    running = observe(case["job"], case["pods"])
+    start = job_time(case, "startTime")
+
+    def stamp(t: datetime) -> str:
+        return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    rng = random.Random(0)
+    for _ in range(2000):
+        current: dict[str, Any] = dict(PRICED)
+        now, segment_start, shown = start, start, 0.0
+        for _ in range(8):
+            now += timedelta(seconds=rng.uniform(0, 3))
+            step = rng.choice(["running", "suspended", "suspended-unstamped", "ended", "resumed"])
+            if step == "resumed":
+                segment_start = now - timedelta(seconds=rng.uniform(0, 2))
+            earlier = stamp(now - timedelta(seconds=rng.uniform(0, 2)))
+            obs = {
+                "running": dataclasses.replace(running, start_time=stamp(segment_start)),
+                "resumed": dataclasses.replace(running, start_time=stamp(segment_start)),
+                "suspended": Observation(Phase.SUSPENDED, "Suspended", "s", suspended_at=earlier),
+                "suspended-unstamped": Observation(Phase.SUSPENDED, "Suspended", "s"),
+                "ended": dataclasses.replace(
+                    running,
+                    phase=Phase.FAILED,
+                    reason="Failed",
+                    start_time=stamp(segment_start),
+                    completion_time=earlier,
+                ),
+            }[step]
+            derived = derive_status(current, obs, generation=1, now=now)
+            current = {k: v for k, v in {**current, **derived}.items() if v is not None}
+            dollars = current["cost"]["dollars"]
+            assert dollars >= shown, (step, shown, dollars)
+            shown = dollars
+
+
 def test_a_running_run_never_goes_back_to_scheduling() -> None:
     """Seen in the kill loop: the pod had finished and the Job was not Complete yet ("waiting for the
     Job's pods"); a preempted pod being re-created reads the same. The phase stays Running."""

@@ -240,6 +240,7 @@ def derive_status(
             now=_billing_clock(now, obs.terminal),
             earlier_hours=earlier_segments_hours(current, obs.start_time, segment_closed),
             shown_hours=float((current.get("cost") or {}).get("hours") or 0.0),
+            shown_dollars=float((current.get("cost") or {}).get("dollars") or 0.0),
         )
         if cost is not None:
             status["cost"] = cost.to_wire()

@@ -67,15 +67,17 @@ def compute_cost(
     now: datetime,
     earlier_hours: float = 0.0,
     shown_hours: float = 0.0,
+    shown_dollars: float = 0.0,
 ) -> Cost | None:
-    """`shown_hours`: what status already billed. A bill never goes down: a running run is billed
-    to the minute it was seen in, and an end the watch delivered late can precede that minute."""
+    """`shown_*`: what status already billed. A bill never goes down: a running run is billed to
+    the minute it was seen in, and an end the watch delivered late can precede that minute. Both
+    are floors, as the shown hours are rounded and dollars from them alone can round lower."""
     segment = elapsed_hours(start, end, now)
     if segment is None and not earlier_hours:
         return None
     hours = max(earlier_hours + (segment or 0.0), shown_hours)
     return Cost(
-        dollars=round(chips * hours * dollars_per_chip_hour, 4),
+        dollars=max(round(chips * hours * dollars_per_chip_hour, 4), shown_dollars),
         chips=chips,
         hours=round(hours, 6),
         earlier_hours=round(earlier_hours, 6),
