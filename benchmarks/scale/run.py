@@ -98,8 +98,8 @@ SHAPES = (
 )
 
 
-def finetune_body(name: str, accelerator: dict[str, Any]) -> dict[str, Any]:
-    return {
+def finetune_body(name: str, accelerator: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    body = {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "FinetuneJob",
         "metadata": {"name": name, "namespace": NAMESPACE},
@@ -109,8 +109,10 @@ def finetune_body(name: str, accelerator: dict[str, Any]) -> dict[str, Any]:
             "method": {"type": "lora", "rank": 16},
             "training": {"seqLength": 1024, "globalBatchSize": 8, "maxSteps": 10},
             "accelerator": accelerator,
+            **spec,
         },
     }
+    return body
 
 
 def rendered_requests(accelerator: dict[str, Any]) -> dict[str, str]:
@@ -530,7 +532,7 @@ def wait_nodes(api: Api, count: int, timeout: float) -> None:
 
 
 def create_finetunejobs(
-    api: Api, jobs: list[tuple[str, dict[str, Any]]], workers: int
+    api: Api, jobs: list[tuple[str, dict[str, Any]]], workers: int, **spec: Any
 ) -> tuple[dict[str, float], int]:
     """POST every FinetuneJob from a thread pool; returns monotonic create-returned times and retries."""
     path = f"/apis/{GROUP}/{VERSION}/namespaces/{NAMESPACE}/{PLURAL}"
@@ -542,7 +544,7 @@ def create_finetunejobs(
         nonlocal retries
         name, accelerator = item
         for attempt in range(10):
-            resp = api.request("POST", path, body=finetune_body(name, accelerator))
+            resp = api.request("POST", path, body=finetune_body(name, accelerator, **spec))
             resp.read()
             if 200 <= resp.status < 300 or resp.status == 409:
                 created[name] = time.monotonic()
