@@ -8,7 +8,7 @@ EXTRAS ?= all
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 comma := ,
 
-.PHONY: venv peers tools servers lint unit crds crds-check test e2e binaries demo demo-down clean
+.PHONY: venv peers tools servers images lint unit crds crds-check test e2e binaries demo demo-down clean
 
 venv: $(STAMP)
 
@@ -36,10 +36,11 @@ $(GUIDELLM):
 	.peers/guidellm/bin/python -m pip install --quiet 'guidellm==$(GUIDELLM_VERSION)'
 
 # System tools tests run (Debian packages): Icarus Verilog for the pass@k checker tests, as the
-# worker images have it; Lua 5.1 for Argo CD's health checks (Argo CD runs a Lua 5.1). Under
-# CI=true a test that skips for want of a tool fails the run.
+# worker images have it; Lua 5.1 for Argo CD's health checks (Argo CD runs a Lua 5.1); buildah,
+# podman and debootstrap to build and run the images (no Docker engine here). Under CI=true a test
+# that skips for want of a tool fails the run.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-APT_TOOLS := iverilog:iverilog lua5.1:lua5.1
+APT_TOOLS := iverilog:iverilog lua5.1:lua5.1 buildah:buildah podman:podman debootstrap:debootstrap
 tools:
 	@for pair in $(APT_TOOLS); do cmd=$${pair%%:*}; pkg=$${pair##*:}; \
 	  command -v $$cmd >/dev/null || $(SUDO) apt-get install -y -q $$pkg >/dev/null || \
@@ -69,6 +70,12 @@ binaries:
 # Servers the tests run beside the operator (fake-gcs-server, versitygw), built and cached the same way.
 servers:
 	hack/build-servers.sh
+
+# Every image under images/, on a Debian base made here (hack/build-images.sh), with sizes and a
+# smoke run of each entrypoint; results in images/results.json. `make test` builds the operator and
+# bench images only (tests/e2e/test_images.py).
+images: tools
+	hack/build-images.sh --smoke --out images/results.json
 
 e2e: venv binaries servers
 	$(VENV)/bin/pytest -q tests/e2e

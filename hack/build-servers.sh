@@ -6,7 +6,8 @@
 # kustomize-controller, with the CRDs of the same module versions copied into .servers/flux-crds/,
 # started by hack/flux.py; Kueue, with its CRDs and webhook configurations in .servers/kueue-crds/
 # and .servers/kueue-webhooks/, started by hack/kueue.py; KubeRay's ray-operator with its CRDs in
-# .servers/kuberay-crds/, the Go peer of the scale benchmark.
+# .servers/kuberay-crds/, the Go peer of the scale benchmark; actionlint, which lints the release
+# workflow (.github/workflows) that cannot run here.
 #
 # Cached per server like the control plane (hack/build-binaries.sh):
 # $HOME/.cache/accelbench/servers/<name>-<key>/, <key> hashing that server's go.mod/go.sum and this
@@ -40,12 +41,12 @@ declare -A FILES_FROM=(
 cache_root="$HOME/.cache/accelbench/servers"
 mkdir -p "$cache_root"
 
-server_key() { # <name>: hash of its pins and this script
+server_key() { # <name>: hash of its pins and of this script's code (comments may change freely)
     cd "$REPO"
-    for f in "hack/servers/$1/go.mod" "hack/servers/$1/go.sum" hack/build-servers.sh; do
-        printf '%s  ' "$f"
-        sha256sum "$f" | cut -d' ' -f1
-    done | sha256sum | cut -c1-16
+    {
+        sha256sum "hack/servers/$1/go.mod" "hack/servers/$1/go.sum"
+        grep -v '^[[:space:]]*#' hack/build-servers.sh | sha256sum
+    } | sha256sum | cut -c1-16
 }
 
 copy_from_module() { # <dir> <module> <path in module> <target under the output> [glob]
@@ -91,6 +92,12 @@ for dir in "$MODULES_DIR"/*/; do
     touch "$tmp/.complete"
     rm -rf "$out" && mv "$tmp" "$out"
     exec 9>&-
+done
+# Keep the newest three builds of each server (other clones may still link an older one).
+for dir in "$MODULES_DIR"/*/; do
+    name="$(basename "$dir")"
+    find "$cache_root" -maxdepth 1 -type d -name "$name-*" -printf '%T@ %p\n' | sort -rn | tail -n +4 |
+        cut -d' ' -f2- | while read -r old; do rm -rf "$old" "$old.lock"; done
 done
 rm -rf "$LINK_DIR" && mkdir -p "$LINK_DIR" # only links live here
 for out in "${outs[@]}"; do
