@@ -107,3 +107,22 @@ def test_catalog_images_of_ours_have_a_dockerfile() -> None:
     for image in ours:
         name = image.removeprefix("ghcr.io/accelbench/").split(":")[0]
         assert name in names, f"catalog names {image} but images/{name}/Dockerfile is missing"
+
+
+def test_the_chart_and_catalog_name_the_tags_make_images_builds() -> None:
+    """hack/build-images.sh tags ghcr.io/accelbench/<dir>:<pyproject version>; the chart's default
+    operator image (its appVersion) and every image of ours the catalog names must be those."""
+    import yaml
+
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    chart = yaml.safe_load((ROOT / "charts/accelbench/Chart.yaml").read_text())
+    values = yaml.safe_load((ROOT / "charts/accelbench/values.yaml").read_text())
+    assert chart["appVersion"] == version and values["image"]["repository"] == "ghcr.io/accelbench/operator"
+    assert not values["image"]["tag"]  # defaults to appVersion
+    ours = {
+        image
+        for acc in load_catalog().accelerators.values()
+        for image in acc.images.model_dump().values()
+        if image and image.startswith("ghcr.io/accelbench/")
+    }
+    assert ours and all(image.endswith(f":{version}") for image in ours), ours
