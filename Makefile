@@ -73,7 +73,7 @@ servers:
 
 # Every image under images/, on a Debian base made here (hack/build-images.sh), with sizes and a
 # smoke run of each entrypoint; results in images/results.json. `make test` builds the operator and
-# bench images only (tests/e2e/test_images.py).
+# bench images only (tests/e2e/test_image_build_and_run.py).
 images: tools
 	hack/build-images.sh --smoke --out images/results.json
 

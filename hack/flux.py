@@ -22,22 +22,17 @@ import socket
 import subprocess
 import threading
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote
 
+import localcluster
+
 REPO = Path(__file__).resolve().parents[1]
 SERVERS = REPO / ".servers"
 CRDS = SERVERS / "flux-crds"
 CONTROLLERS = ("source-controller", "kustomize-controller")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def flux_missing() -> list[str]:
@@ -199,14 +194,6 @@ def _log_tail(path: Path, lines: int = 40) -> str:
     )
 
 
-def _http_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return bool(response.status == 200)
-    except OSError:
-        return False
-
-
 def _port_open(port: int) -> bool:
     try:
         socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
@@ -286,11 +273,11 @@ def start_flux(workdir: Path, kubeconfig: Path, kubectl: Path, timeout: float = 
     try:
         install_crds(kubectl, kubeconfig)
         env = {**os.environ, "KUBECONFIG": str(kubeconfig), "RUNTIME_NAMESPACE": "default"}
-        flux.storage_port = free_port()
+        flux.storage_port = localcluster.free_port()
         storage = workdir / "artifacts"
         storage.mkdir(exist_ok=True)
         for name in CONTROLLERS:
-            health, metrics = free_port(), free_port()
+            health, metrics = localcluster.free_port(), localcluster.free_port()
             flux.health_ports[name] = health
             args = [
                 "--watch-all-namespaces=true",
@@ -314,7 +301,8 @@ def start_flux(workdir: Path, kubeconfig: Path, kubectl: Path, timeout: float = 
                 cwd=workdir,
             )
         for name, port in flux.health_ports.items():
-            flux._wait(lambda p=port: _http_ok(f"http://127.0.0.1:{p}/readyz"), f"{name} /readyz", timeout)
+            ready = f"http://127.0.0.1:{port}/readyz"
+            flux._wait(lambda url=ready: localcluster.http_ok(url), f"{name} /readyz", timeout)
         flux._wait(lambda: _port_open(flux.storage_port), "source-controller's artifact server", timeout)
     except BaseException:
         flux.stop()
@@ -325,9 +313,6 @@ def start_flux(workdir: Path, kubeconfig: Path, kubectl: Path, timeout: float = 
 def main() -> int:
     """`python hack/flux.py KUBECONFIG [DIR]`: Flux and the Git server until interrupted (by hand)."""
     import sys
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    import localcluster
 
     flux = start_flux(
         Path(sys.argv[2] if len(sys.argv) > 2 else ".flux"),

@@ -22,14 +22,13 @@ from __future__ import annotations
 import base64
 import os
 import shutil
-import socket
 import subprocess
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import localcluster
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,12 +41,6 @@ NAMESPACE = "kueue-system"
 WEBHOOK_PREFIX = "kueue-"
 # The webhooks registered: Kueue's own kinds and the integration runs use.
 REGISTERED_GROUPS = {("kueue.x-k8s.io", "*"), ("batch", "jobs")}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def kueue_missing() -> list[str]:
@@ -101,14 +94,6 @@ def webhook_configurations(manifests: str, port: int, ca_bundle: bytes) -> list[
     return out
 
 
-def _http_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return bool(response.status == 200)
-    except OSError:
-        return False
-
-
 @dataclass
 class Kueue:
     workdir: Path
@@ -158,13 +143,8 @@ class Kueue:
                 timeout=60,
             )
         self.webhook_names.clear()
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        if self.process is not None:
+            localcluster.stop_process(self.process)
         self.process = None
 
 
@@ -186,8 +166,6 @@ def start_kueue(
         raise FileNotFoundError(
             f"{', '.join(missing)} not in {SERVERS}: run hack/build-servers.sh (make servers)"
         )
-    import localcluster
-
     workdir.mkdir(parents=True, exist_ok=True)
     kueue = Kueue(workdir, kubeconfig, kubectl)
     try:
@@ -200,9 +178,10 @@ def start_kueue(
         install_crds(kueue)
         namespace = yaml.safe_dump({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
         kueue.kubectl_run("apply", "-f", "-", input_text=namespace)
-        kueue.health_port, webhook_port = free_port(), free_port()
+        kueue.health_port, webhook_port = localcluster.free_port(), localcluster.free_port()
         cfg = workdir / "config.yaml"
-        cfg.write_text(yaml.safe_dump(config(kueue.health_port, free_port(), webhook_port, certs)))
+        metrics_port = localcluster.free_port()
+        cfg.write_text(yaml.safe_dump(config(kueue.health_port, metrics_port, webhook_port, certs)))
         kueue.process = subprocess.Popen(
             [str(BINARY), f"--config={cfg}", "--feature-gates=VisibilityOnDemand=false"],
             env={**os.environ, "KUBECONFIG": str(kubeconfig)},
@@ -211,7 +190,7 @@ def start_kueue(
             cwd=workdir,
         )
         deadline = time.monotonic() + timeout
-        while not _http_ok(f"http://127.0.0.1:{kueue.health_port}/readyz"):
+        while not localcluster.http_ok(f"http://127.0.0.1:{kueue.health_port}/readyz"):
             kueue.check_running()
             if time.monotonic() > deadline:
                 raise RuntimeError(f"kueue not ready within {timeout:.0f}s\n{kueue.logs()}")

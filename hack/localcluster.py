@@ -262,6 +262,28 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def http_ok(url: str) -> bool:
+    """A GET of `url` answered 200 within 2 s: a server beside the control plane is up or ready."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+def stop_process(process: subprocess.Popen[Any], timeout: float = 15.0) -> None:
+    """SIGTERM a server we started, SIGKILL after `timeout`; reaped either way."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 def _die_with_parent() -> None:
     """preexec_fn: new process group, and SIGKILL when the launching thread dies.
 

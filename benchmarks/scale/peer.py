@@ -22,7 +22,6 @@ import os
 import subprocess
 import threading
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -106,27 +105,19 @@ class KubeRay:
         self.pid = self.process.pid
 
     def wait_ready(self, timeout: float = 120.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        import localcluster
+
+        def ready() -> bool:
             if self.process.poll() is not None:
                 raise RuntimeError(f"kuberay exited with {self.process.returncode}; see {self.log}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/readyz", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.3)
-        raise RuntimeError(f"kuberay not ready within {timeout:.0f}s; see {self.log}")
+            return localcluster.http_ok(f"http://127.0.0.1:{self.health_port}/readyz")
+
+        localcluster.wait_until(ready, "kuberay /readyz", timeout)
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        import localcluster
+
+        localcluster.stop_process(self.process)
 
 
 class RayTracker:

@@ -37,6 +37,7 @@ from .workqueue import WorkQueue
 log = logging.getLogger(__name__)
 
 RESYNC_S = 300.0
+STALE_RECHECK_S = 1.0  # a pass skipped for a lagging index is retried by then at the latest
 MAX_SCRAPES = 64  # progress reads in flight at once
 # Periodic passes (progress, the billing minute) of a large fleet are spread to at most this many a
 # second, and never further apart than PERIODIC_MAX_S: 25 running runs keep the 5 s pass, 100 are
@@ -81,6 +82,7 @@ class Controller:
         self._progress: dict[ResourceKey, dict[str, Any]] = {}
         self._scraping: dict[ResourceKey, float] = {}  # key -> when its last read started (monotonic)
         self._scrape_slots = asyncio.Semaphore(MAX_SCRAPES)
+        self._wrote_over: dict[ResourceKey, str] = {}  # see _stale
         self._tasks: list[asyncio.Task[None]] = []
         self.clock: Callable[[], datetime] = lambda: datetime.now(UTC)
 
@@ -107,6 +109,26 @@ class Controller:
             pod for job in jobs for pod in self.indexes.pods.get((job.get("metadata") or {}).get("uid"), ())
         ]
         return Snapshot(key, body, jobs, pods, self._progress.get(key))
+
+    async def _pass(self, key: ResourceKey, snap: Snapshot) -> Outcome:
+        self._maybe_scrape(snap)
+        step = reconcile_campaign if key[0] == BenchCampaign.KIND else reconcile
+        loop = asyncio.get_running_loop()
+        outcome = await loop.run_in_executor(self._executor, step, snap, self.state, self.clock())
+        if outcome.wrote_over is not None:
+            self._wrote_over[key] = outcome.wrote_over
+        return outcome
+
+    def _stale(self, key: ResourceKey, snap: Snapshot) -> bool:
+        """The snapshot is the body our last status write replaced (the index lags our own write);
+        a pass from it would redo what that write recorded (a new run's children: a 409 per child)."""
+        written = self._wrote_over.get(key)
+        if written is None or snap.body is None:
+            return False
+        if (snap.body.get("metadata") or {}).get("resourceVersion") == written:
+            return True
+        del self._wrote_over[key]  # the index has moved past it
+        return False
 
     # --- progress -------------------------------------------------------------------------------
 
@@ -135,20 +157,23 @@ class Controller:
     # --- the loop -------------------------------------------------------------------------------
 
     async def _work(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
             key = await self.queue.get()
             started, kind = time.monotonic(), key[0]
             outcome = Outcome("error", retry=True)
             try:
                 snap = self.snapshot(key)
-                self._maybe_scrape(snap)
-                step = reconcile_campaign if kind == BenchCampaign.KIND else reconcile
-                outcome = await loop.run_in_executor(self._executor, step, snap, self.state, self.clock())
+                if self._stale(key, snap):
+                    # Woken (a child's event) before our own last status write reached the index:
+                    # that write's event wakes it again; the timer is only a safety net.
+                    outcome = Outcome("stale-index", requeue_after=STALE_RECHECK_S)
+                else:
+                    outcome = await self._pass(key, snap)
                 if snap.body is None:
                     self.queue.drop(key)
                     self._progress.pop(key, None)
                     self._scraping.pop(key, None)
+                    self._wrote_over.pop(key, None)
             except Exception:  # never let one resource stop a worker
                 log.exception("pass over %s failed", key)
             finally:

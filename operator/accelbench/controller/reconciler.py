@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -91,6 +91,9 @@ class Outcome:
     label: str  # accelbench_reconciles{outcome}
     requeue_after: float | None = None
     retry: bool = False  # failed for a reason waiting can fix: again after the queue's backoff
+    # The resourceVersion the pass's status write replaced: until the index shows a newer body, a
+    # pass would start from the state before that write (see Controller._stale).
+    wrote_over: str | None = None
 
 
 class RetryLater(Exception):
@@ -472,6 +475,8 @@ def reconcile(snap: Snapshot, state: ControllerState, now: datetime) -> Outcome:
     failed = write_status(state, snap.key, body, w.patch)
     if failed is not None:
         return failed
+    if w.patch:
+        outcome = replace(outcome, wrote_over=meta.get("resourceVersion"))
     stamp = now_rfc3339(now)
     for type_, reason, message in w.events:
         try:
