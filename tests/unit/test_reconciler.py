@@ -405,3 +405,30 @@ def test_when_to_look_again() -> None:
     assert next_pass({}, done, NOW) is None  # events and the resync only
     assert next_pass({"ttlSecondsAfterFinished": 120}, done, NOW) == pytest.approx(60.5)
     assert next_pass({}, {}, NOW) is None
+
+
+def test_a_pass_that_wrote_status_names_the_version_it_replaced(state: ControllerState) -> None:
+    """Issue 17: the loop skips a pass whose snapshot is still that version (a child's event woke the
+    run before its own status event reached the index; at QPS 300 that re-created half the children
+    with a 409, a read and an apply each). A pass that writes nothing names none."""
+    first = run(state, copy.deepcopy(MANIFEST))
+    assert first.label == "applied" and first.wrote_over == MANIFEST["metadata"]["resourceVersion"]
+    settled = copy.deepcopy(MANIFEST)
+    settled["status"] = written(state)
+    state.kube.status_writes.clear()  # type: ignore[attr-defined]
+    again = run(state, settled)
+    assert not state.kube.status_writes and again.wrote_over is None  # type: ignore[attr-defined]
+
+
+def test_the_loop_skips_a_snapshot_its_own_write_replaced() -> None:
+    from accelbench.controller.loop import Controller
+
+    controller = Controller(state=None, workers=1)  # type: ignore[arg-type]
+    key = ("FinetuneJob", "team-a", "gemma-lora")
+    body = {"metadata": {"resourceVersion": "41"}}
+    controller._wrote_over[key] = "41"
+    assert controller._stale(key, Snapshot(key, body))
+    assert controller._stale(key, Snapshot(key, body))  # until the index moves on
+    moved = {"metadata": {"resourceVersion": "42"}}
+    assert not controller._stale(key, Snapshot(key, moved))
+    assert key not in controller._wrote_over and not controller._stale(key, Snapshot(key, body))
