@@ -42,6 +42,19 @@ GRANTED_FOR_A_RACE: dict[tuple[str, str, str], str] = {
         ("networking.k8s.io", "networkpolicies"),
     )
 }
+GRANTED_FOR_A_RACE |= {
+    (group, resource, "patch"): "a new run's children are created (POST); a child is applied (PATCH) "
+    "only when a create finds it already there or a later apply makes it again (it was deleted), "
+    "which the suite does for some kinds only"
+    for group, resource in (
+        ("", "services"),
+        ("", "serviceaccounts"),
+        ("", "configmaps"),
+        ("rbac.authorization.k8s.io", "roles"),
+        ("rbac.authorization.k8s.io", "rolebindings"),
+        ("networking.k8s.io", "networkpolicies"),
+    )
+}
 GRANTED_WITHOUT_A_REQUEST: dict[tuple[str, str, str], str] = {
     **{
         ("accelbench.io", f"{plural}/finalizers", "update"): "OwnerReferencesPermissionEnforcement asks "
