@@ -29,6 +29,21 @@ REVISION="$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 
 log() { printf '[build-images] %s\n' "$*" >&2; }
 
+# vfs keeps every layer as a full copy, so superseded builds pile up gigabytes (19 GB after a day of
+# rebuilds, which filled the disk under CI). Past this budget the store drops what no tag names:
+# leftover working containers of interrupted builds and untagged images (old builds and the layer
+# cache, which the next build makes again once).
+STORE_BUDGET_GB="${ACCELBENCH_IMAGE_STORE_GB:-8}"
+trim_store() {
+    local used_gb
+    used_gb=$(($(du -sk "$CACHE/containers/storage" 2>/dev/null | cut -f1) / 1048576))
+    if [ "$used_gb" -ge "$STORE_BUDGET_GB" ]; then
+        log "image store holds ${used_gb} GB (budget ${STORE_BUDGET_GB} GB): removing untagged images"
+        buildah "${STORE[@]}" rm --all >/dev/null || true
+        buildah "${STORE[@]}" rmi --prune >/dev/null || true
+    fi
+}
+
 need() {
     local missing=()
     for tool in buildah podman debootstrap; do command -v "$tool" >/dev/null || missing+=("$tool"); done
@@ -144,6 +159,7 @@ main() {
         results="$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r.append({"image": sys.argv[2], "size_mb": round(int(sys.argv[3])/1e6, 1), "layers": int(sys.argv[4]), "build_s": int(sys.argv[5]), "smoke": json.loads(sys.argv[6])}); print(json.dumps(r))' \
             "$results" "$tag" "$size" "$layers" "$seconds" "$smoked")"
     done
+    trim_store
     if [ -n "$out" ]; then
         python3 - "$results" "$BASE_TAG" "$out" "${names[@]}" <<'PY'
 import datetime, json, os, platform, sys
