@@ -82,22 +82,30 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def accelbench(url: str, rate: float, count: int, transport: str) -> dict:
+def accelbench(url: str, rate: float, count: int, transport: str, processes: str = "auto") -> dict:
+    """This client as the bench pod runs it; open-loop sends spread over up to `processes`
+    processes (one per 1,000 req/s: workers/bench/fanout.py)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
         cmd = [
             sys.executable, "-m", "accelbench.workers.bench", "--endpoint", url, "--health-path", "/health",
             "--no-server-tokenizer", "--rates", str(rate), "--requests", str(count),
             "--input-lengths", "32", "--output-length", str(OUTPUT_TOKENS), "--warmup", "8",
-            "--no-capacity-search", "--transport", transport, "--out", str(out),
+            "--no-capacity-search", "--transport", transport, "--client-processes", processes,
+            "--out", str(out),
         ]  # fmt: skip
         subprocess.run(cmd, check=True, capture_output=True, timeout=600, env=child_env())
         doc = json.loads(out.read_text())
         cell = doc["cells"][0]
+    calibration = (doc.get("clientOverhead") or {}).get("points") or [{}]
     return {
         "eventLoop": doc["generator"].get("eventLoop"),
+        "maxSendingProcesses": doc["generator"].get("maxSendingProcesses"),
+        "selfCalibration": calibration[0],
         "lagP50Ms": cell["scheduleLagMs"]["p50"],
         "lagP99Ms": cell["scheduleLagMs"]["p99"],
+        # The issue's delivery bar: planned send span / actual (1.0 on schedule), >= 0.995 to pass.
+        "deliveredFraction": cell.get("deliveredFraction"),
         "achievedRequestsPerSecond": cell["achievedRequestsPerSecond"],
         "outputTokensPerSecond": cell["outputTokensPerSecond"],
         "ttftP50Ms": cell["ttftMs"]["p50"] if cell["ttftMs"] else None,
@@ -257,34 +265,43 @@ def main() -> None:
     p.add_argument("--rates", default=",".join(str(r) for r in RATES))
     p.add_argument("--tools", default="raw,aiohttp,aiperf,guidellm", help="which of those tools to run")
     p.add_argument("--budget-s", type=float, default=None, help="start no run once this many seconds passed")
-    p.add_argument("--pin", choices=("auto", "off"), default="auto", help="auto: server on CPU 0 (>= 4 CPUs)")
+    p.add_argument("--pin", choices=("auto", "off"), default="auto", help="auto: server on its own CPUs")
+    p.add_argument("--server-processes", type=int, default=1, help="zero-server processes (SO_REUSEPORT)")
+    p.add_argument("--client-processes", default="auto", help="accelbench's --client-processes")
     default_out = Path(os.environ["OUT"]) / "results.json" if os.environ.get("OUT") else HERE / "results.json"
     p.add_argument("--out", default=str(default_out), help="default: $OUT/results.json, else here")
     args = p.parse_args()
     started = time.monotonic()
+    started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     wanted = {t.strip() for t in args.tools.split(",") if t.strip()}
     port = free_port()
-    server_cmd = [sys.executable, "-m", "accelbench.workers.bench.nullserver", "--port", str(port)]
+    server_cmd = [
+        sys.executable, "-m", "accelbench.workers.bench.nullserver", "--port", str(port),
+        "--processes", str(args.server_processes),
+    ]  # fmt: skip
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     split = None
-    if args.pin == "auto" and len(cpus) >= 4:
-        # The server on the first CPU, the tools (this process's children) on the others, so the
-        # server's work never preempts the measured client on its core.
+    taken = args.server_processes
+    if args.pin == "auto" and len(cpus) >= 4 * taken:
+        # The server on the first CPUs, the tools (this process's children) on the others, so the
+        # server's work never preempts the measured client on its cores.
         try:
-            os.sched_setaffinity(0, cpus[1:])
-            split = {"server": cpus[:1], "clients": cpus[1:]}
-            pin = "import os, sys; os.sched_setaffinity(0, {int(sys.argv[1])}); "
+            os.sched_setaffinity(0, cpus[taken:])
+            split = {"server": cpus[:taken], "clients": cpus[taken:]}
+            pin = "import os, sys; os.sched_setaffinity(0, {int(c) for c in sys.argv[1].split(',')}); "
             pin += "os.execv(sys.argv[2], sys.argv[2:])"
-            server_cmd = [sys.executable, "-c", pin, str(cpus[0]), *server_cmd]
+            server_cmd = [sys.executable, "-c", pin, ",".join(map(str, cpus[:taken])), *server_cmd]
         except OSError as exc:
             print(f"no CPU pinning: {exc}", flush=True)
     server = subprocess.Popen(server_cmd)
     url = f"http://127.0.0.1:{port}"
     tools: dict[str, Callable[[float, int], dict]] = {}
     if "raw" in wanted:
-        tools["accelbench (raw transport)"] = lambda r, n: accelbench(url, r, n, "raw")
+        tools["accelbench (raw transport)"] = lambda r, n: accelbench(url, r, n, "raw", args.client_processes)
     if "aiohttp" in wanted:
-        tools["accelbench (aiohttp transport)"] = lambda r, n: accelbench(url, r, n, "aiohttp")
+        tools["accelbench (aiohttp transport)"] = lambda r, n: accelbench(
+            url, r, n, "aiohttp", args.client_processes
+        )
     versions: dict[str, str | None] = {}
     scratch = tempfile.TemporaryDirectory()
     tokenizers: list[str] = []
@@ -318,6 +335,8 @@ def main() -> None:
             "partial": partial,
             "outputTokensPerRequest": OUTPUT_TOKENS,
             "secondsPerRate": SECONDS_PER_RATE,
+            "serverProcesses": args.server_processes,
+            "clientProcesses": args.client_processes,
             "machine": {
                 "cpus": os.cpu_count(),
                 "platform": platform.platform(),
@@ -326,6 +345,7 @@ def main() -> None:
                 "cpu_split": split,
             },
             "versions": versions,
+            "startedAt": started_at,
             "seconds": round(time.monotonic() - started, 1),
             "skipped": skipped,
             "summary": summary,

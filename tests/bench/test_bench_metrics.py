@@ -100,3 +100,31 @@ def test_cell_aggregation_slo_goodput_and_errors() -> None:
         "requestsShort": 0,
     }
     assert meets(failed, slo) == {"ttft": False}
+
+
+def test_prefix_cache_hits_and_failures_stay_out_of_the_latency_percentiles() -> None:
+    fresh = [
+        request_metrics(record([0.2 + i, 0.3 + i], [None, None], server=2, scheduled=i)) for i in range(4)
+    ]
+    hit = record([4.01, 4.1], [None, None], server=2, scheduled=4.0)
+    hit.cached_prompt_tokens = 8
+    timeout = request_metrics(RequestRecord(scheduled=5.0, sent=5.0, end=5.5, error="timeout"))
+    cell = aggregate_cell(
+        CellKey(64, request_rate=1.0), [*fresh, request_metrics(hit), timeout], None, output_length=2
+    )
+    assert cell["ttftMs"]["min"] == pytest.approx(200.0) and cell["ttftMs"]["max"] == pytest.approx(200.0)
+    assert cell["prefixCacheHits"]["requests"] == 1
+    assert cell["prefixCacheHits"]["cachedPromptTokens"] == 8
+    assert cell["prefixCacheHits"]["ttftMs"]["p50"] == pytest.approx(10.0)
+    assert cell["errorsByType"] == {"timeout": 1} and cell["completed"] == 5
+    assert cell["deliveredFraction"] == pytest.approx(1.0)  # every request left at its scheduled time
+
+
+def test_delivered_fraction_of_an_open_loop_cell_that_fell_behind() -> None:
+    late = [request_metrics(record([t * 1.25 + 0.1], [None], server=1, scheduled=t)) for t in range(5)]
+    for m, t in zip(late, range(5), strict=True):
+        object.__setattr__(m, "schedule_lag", t * 0.25)
+    cell = aggregate_cell(CellKey(64, request_rate=1.0), late, None, output_length=1)
+    assert cell["deliveredFraction"] == pytest.approx(0.8)
+    closed = aggregate_cell(CellKey(64, concurrency=1), late, None, output_length=1)
+    assert closed["deliveredFraction"] is None

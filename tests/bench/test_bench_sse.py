@@ -73,6 +73,9 @@ def test_parse_completions_chat_usage_and_errors() -> None:
     usage = parse_event(b'{"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":9}}')
     assert (usage.prompt_tokens, usage.completion_tokens, usage.has_token) == (7, 9, False)
     assert parse_event(b"[DONE]").done
+    cached = b'{"choices":[],"usage":{"prompt_tokens":7,"prompt_tokens_details":{"cached_tokens":5}}}'
+    assert parse_event(cached).cached_prompt_tokens == 5
+    assert parse_event(b'{"choices":[],"usage":{"prompt_tokens_details":null}}').cached_prompt_tokens is None
     assert parse_event(b"not json").error == "invalid_json"
     assert parse_event(b'{"error":{"message":"overloaded"}}').error.startswith("server_error")
     # Exact per-chunk token counts, when the server provides them.

@@ -529,14 +529,14 @@ def test_the_quickstarts_run_in_a_pod_security_restricted_namespace(env: Env, ti
 STUDY_SERVING = ["gemma4-31b-vllm-h100x2", "gemma4-31b-vllm-tpu-v6e"]
 
 
-def study_serving(example: str, tiny: dict[str, str]) -> dict[str, Any]:
-    """A study serving example with its structure (input lengths swept closed loop, the open-loop
-    point, the SLO search): the tiny model on the local-exec CPU node, `transformers serve` for
-    vLLM, fewer and shorter points."""
+def study_serving(example: str) -> dict[str, Any]:
+    """A study serving example with its structure (the fine-tuned model it serves, input lengths
+    swept closed loop, the open-loop point, the SLO search) on the local-exec CPU node,
+    `transformers serve` for vLLM, fewer and shorter points."""
     body = yaml.safe_load((ROOT / "examples" / "inference" / f"{example}.yaml").read_text())
     body["metadata"] = {"name": example.replace("gemma4-31b-vllm-", "study-")}
     spec = body["spec"]
-    spec["model"] = {"uri": tiny["model"], "family": "llama", "size": "tiny"}
+    assert set(spec["model"]) == {"finetuneJob"}, spec["model"]  # serves what was trained, as the study did
     spec["server"] = {"engine": "transformers"}
     spec["accelerator"] = {"type": "cpu", "count": 1}
     spec["scheduling"] = {"nodeSelector": {"accelbench.io/local-exec": "true"}}
@@ -551,12 +551,38 @@ def study_serving(example: str, tiny: dict[str, str]) -> dict[str, Any]:
     return body
 
 
-def test_the_study_serving_examples_run_end_to_end_with_a_tiny_model(env: Env, tiny: dict[str, str]) -> None:
-    """Both study serving examples at once (each server gets its own port on the local executor):
-    status shows capacity per input length, the open-loop TTFT and the client's calibration."""
-    bodies = [study_serving(example, tiny) for example in STUDY_SERVING]
+def test_the_study_serving_examples_serve_the_fine_tuned_model_end_to_end(
+    env: Env, tiny: dict[str, str], tmp_path: Path
+) -> None:
+    """Issue 22: both study serving examples at once (each server gets its own port on the local
+    executor), applied before the FinetuneJobs they name exist: each waits (Pending, WaitingForModel,
+    no child), then serves what its FinetuneJob (the tiny model, LoRA merged) wrote. Status shows
+    what was served, capacity per input length, the open-loop TTFT and the client's calibration."""
+    bodies = [study_serving(example) for example in STUDY_SERVING]
     for body in bodies:
         env.apply(body)
+    for body in bodies:
+        name = body["metadata"]["name"]
+        waiting = wait_for(
+            lambda n=name: (
+                (o := env.get("inferencebenches", n))
+                .get("status", {})
+                .get("message", "")
+                .endswith("does not exist yet; serving starts when it succeeded")
+                and o
+            ),
+            timeout=60,
+            what=f"{name} waiting for its model",
+        )
+        assert waiting["status"]["phase"] == "Pending" and not waiting["status"].get("children")
+        assert condition(waiting, "Applied")["reason"] == "WaitingForModel"
+    trained = {}
+    for body in bodies:
+        source = body["spec"]["model"]["finetuneJob"]
+        job = local_job(source, tiny)
+        job["spec"]["output"] = {"uri": str(tmp_path / source)}
+        trained[body["metadata"]["name"]] = (source, str(tmp_path / source))
+        env.apply(job)
     for body in bodies:
         name = body["metadata"]["name"]
         obj = wait_for(
@@ -565,15 +591,46 @@ def test_the_study_serving_examples_run_end_to_end_with_a_tiny_model(env: Env, t
                 in ("Succeeded", "Failed")
                 and o
             ),
-            timeout=420,
+            timeout=600,
             what=f"{name} terminal phase",
         )
         assert obj["status"]["phase"] == "Succeeded", obj["status"]
+        source, output = trained[name]
+        assert env.get(FT, source)["status"]["phase"] == "Succeeded"
+        served = obj["status"]["servedModel"]
+        assert (served["finetuneJob"], served["uri"], served["family"]) == (source, output, "llama"), served
         results = obj["status"]["results"]
         assert [c["inputLength"] for c in results["capacityByInputLength"]] == [16, 32], results
         opened = {c["inputLength"]: c for c in results["cells"] if c.get("requestRate") == 4}
         assert set(opened) == {16, 32} and all(c["ttftP50Ms"] > 0 for c in opened.values()), opened
         assert [p["requestRate"] for p in results["clientOverhead"]["points"]] == [4], results
+
+
+def test_an_adapter_output_meets_an_engine_that_cannot_serve_it_with_a_clear_refusal(
+    env: Env, tiny: dict[str, str], tmp_path: Path
+) -> None:
+    """A FinetuneJob exporting its LoRA adapter alone (mergeLora: false), served by `transformers
+    serve`: once it succeeded, the bench is refused before anything of it starts, saying why and
+    the way out; what would be served (the base model plus the adapter) is the adapter's own."""
+    job = local_job("adapter-only", tiny, maxSteps=2)
+    job["spec"]["output"] = {"uri": str(tmp_path / "adapter"), "mergeLora": False}
+    bench = yaml.safe_load((ROOT / "examples/quickstart/inference-tiny-cpu.yaml").read_text())
+    bench["metadata"]["name"] = "serve-adapter"
+    bench["spec"]["model"] = {"finetuneJob": "adapter-only"}
+    env.apply(job)
+    env.apply(bench)
+    obj = wait_for(
+        lambda: (
+            (o := env.get("inferencebenches", "serve-adapter")).get("status", {}).get("phase") == "Failed"
+            and o
+        ),
+        timeout=240,
+        what="serve-adapter refused",
+    )
+    assert env.get(FT, "adapter-only")["status"]["phase"] == "Succeeded"
+    assert "does not serve a LoRA adapter" in obj["status"]["message"], obj["status"]
+    assert "mergeLora" in obj["status"]["message"] and not obj["status"].get("children")
+    assert condition(obj, "Applied")["reason"] == "InvalidSpec"
 
 
 def test_compare_shows_the_finished_runs_side_by_side(env: Env) -> None:

@@ -116,21 +116,17 @@ EXTRA = {("", "configmaps"): {"get"}}
 def rendered_children() -> list[dict[str, Any]]:
     """Every object the operator would create for the repository's examples."""
     from accelbench.catalog import load_catalog
-    from accelbench.cli.manifests import load_resources
+    from accelbench.cli.manifests import load_all
     from accelbench.plan import plan_for
     from accelbench.render import NetworkPolicies, render
 
     catalog = load_catalog()
     objects: list[dict[str, Any]] = []
-    for path in sorted((ROOT / "examples").rglob("*.yaml")):
-        for item in load_resources(str(path)):
-            # as the chart runs it: networkPolicy.enabled by default
-            network = NetworkPolicies(
-                operator_namespace="accelbench-system", metrics_namespaces=("monitoring",)
-            )
-            objects += render(
-                item.resource, plan_for(item.resource, catalog), catalog, network=network
-            ).objects
+    # every example at once: a bench serving a FinetuneJob's output is resolved against it
+    for item in load_all([str(p) for p in sorted((ROOT / "examples").rglob("*.yaml"))]):
+        # as the chart runs it: networkPolicy.enabled by default
+        network = NetworkPolicies(operator_namespace="accelbench-system", metrics_namespaces=("monitoring",))
+        objects += render(item.resource, plan_for(item.resource, catalog), catalog, network=network).objects
     return objects
 
 

@@ -15,6 +15,20 @@ EXAMPLES = sorted((ROOT / "examples").rglob("*.yaml"))
 KUBERNETES_VERSION = "1.35"
 
 
+def files_for(example: Path) -> list[str]:
+    """The example, after the example that defines the FinetuneJob it serves from, if it names one."""
+    names = {
+        doc["metadata"]["name"]: path
+        for path in EXAMPLES
+        for doc in yaml.safe_load_all(path.read_text())
+        if doc and doc.get("kind") == "FinetuneJob"
+    }
+    model = ((yaml.safe_load(example.read_text()) or {}).get("spec") or {}).get("model") or {}
+    source = names.get(model.get("finetuneJob", "")) if isinstance(model, dict) else None
+    args = ["-f", str(source)] if source else []
+    return [*args, "-f", str(example)]
+
+
 def test_crds_writes_every_kind(tmp_path: Path) -> None:
     assert main(["crds", "--out", str(tmp_path)]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == [
@@ -26,18 +40,27 @@ def test_crds_writes_every_kind(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
 def test_plan_every_example(example: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["plan", "-f", str(example)]) == 0
+    assert main(["plan", *files_for(example)]) == 0
     out = capsys.readouterr().out
     assert "chips" in out and "$/hour" in out
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
 def test_render_every_example_is_valid_kubernetes(example: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["render", "-f", str(example)]) == 0
+    assert main(["render", *files_for(example)]) == 0
     objects = [o for o in yaml.safe_load_all(capsys.readouterr().out) if o]
     assert any(o["kind"] == "Job" for o in objects)
     for obj in objects:
         kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+
+
+def test_a_bench_serving_a_finetune_job_needs_that_manifest_to_plan(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    bench = ROOT / "examples/inference/gemma4-31b-vllm-h100x2.yaml"
+    assert main(["plan", "-f", str(bench)]) == 2
+    err = capsys.readouterr().err
+    assert "serves what FinetuneJob gemma4-31b-lora-h100x2 trains: pass that FinetuneJob's manifest" in err
 
 
 def _write(tmp_path: Path, text: str) -> str:

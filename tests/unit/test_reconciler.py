@@ -52,7 +52,7 @@ class FakeKube:
         if self.status_error is not None:
             raise self.status_error
         self.status_writes.append((copy.deepcopy(status), resource_version))
-        return {}
+        return {"metadata": {"resourceVersion": str(int(resource_version or 0) + 1)}}
 
     def post_event(self, obj: Any, type_: str, reason: str, message: str, now: str) -> None:
         self.events.append((type_, reason, message))
@@ -413,11 +413,13 @@ def test_a_pass_that_wrote_status_names_the_version_it_replaced(state: Controlle
     with a 409, a read and an apply each). A pass that writes nothing names none."""
     first = run(state, copy.deepcopy(MANIFEST))
     assert first.label == "applied" and first.wrote_over == MANIFEST["metadata"]["resourceVersion"]
+    assert first.wrote == "42"  # the version the apiserver answered the write with
     settled = copy.deepcopy(MANIFEST)
     settled["status"] = written(state)
     state.kube.status_writes.clear()  # type: ignore[attr-defined]
     again = run(state, settled)
     assert not state.kube.status_writes and again.wrote_over is None  # type: ignore[attr-defined]
+    assert again.wrote is None
 
 
 def test_the_loop_skips_a_snapshot_its_own_write_replaced() -> None:
@@ -432,3 +434,32 @@ def test_the_loop_skips_a_snapshot_its_own_write_replaced() -> None:
     moved = {"metadata": {"resourceVersion": "42"}}
     assert not controller._stale(key, Snapshot(key, moved))
     assert key not in controller._wrote_over and not controller._stale(key, Snapshot(key, body))
+
+
+def test_the_echo_of_our_own_status_write_wakes_nothing() -> None:
+    """Issue 17: each billing-minute write came back as a watch event and cost a second pass that
+    found nothing to do. The echo is recognised by the version the write made; any other version
+    (someone else's change) wakes the resource, and so does the echo a stale-skipped pass waits on."""
+    from accelbench.controller.loop import Controller
+
+    controller = Controller(state=None, workers=1)  # type: ignore[arg-type]
+    key = ("FinetuneJob", "team-a", "gemma-lora")
+    controller._wrote[key] = "42"
+    controller.resource_changed(key, "42")
+    assert len(controller.queue) == 0 and controller.ready.is_set()
+    controller.resource_changed(key, "43")  # a spec edit, a label, anything not ours
+    assert len(controller.queue) == 1
+    other = ("FinetuneJob", "team-a", "other")
+    controller._wrote[other] = "50"
+    controller._deferred.add(other)  # its last pass was skipped until this version arrives
+    controller.resource_changed(other, "50")
+    assert len(controller.queue) == 2
+
+
+def test_the_billing_step_keeps_a_large_fleets_writes_near_their_rate() -> None:
+    from accelbench.controller.loop import BILLING_WRITES_PER_S, billing_step
+
+    assert billing_step(0) == billing_step(100) == 60.0  # a minute for any fleet up to 120
+    assert billing_step(1000) == 540.0
+    for fleet in (121, 1000, 5000):
+        assert fleet / billing_step(fleet) <= BILLING_WRITES_PER_S

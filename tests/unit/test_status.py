@@ -20,6 +20,7 @@ from accelbench.controller.reconcile import observe_resource
 from accelbench.controller.status import (
     Price,
     applied_status,
+    billing_clock,
     derive_status,
     invalid_spec_status,
     spec_invalid,
@@ -274,6 +275,31 @@ def test_unchanged_world_gives_an_empty_patch() -> None:
     current = {**PRICED, **first}
     second = derive_status(current, obs, generation=1, now=datetime(2026, 5, 4, 12, 0, 30, tzinfo=UTC))
     assert status_patch(current, second) == {}
+
+
+def test_a_wider_billing_step_moves_a_running_cost_less_often_never_a_final_one() -> None:
+    """Issue 17: a fleet of 1,000 Running runs billed by the minute wrote ~17 statuses a second."""
+    obs = observed("finetune_running")
+    tick = datetime.fromtimestamp(
+        (job_time(recorded("finetune_running"), "startTime", 3600)).timestamp() // 600 * 600, UTC
+    )
+    first = derive_status(PRICED, obs, generation=1, now=tick, billing_step_s=600)
+    current = {**PRICED, **first}
+    for minutes in (1, 5, 9):
+        later = tick + timedelta(minutes=minutes, seconds=59)
+        assert (
+            status_patch(current, derive_status(current, obs, generation=1, now=later, billing_step_s=600))
+            == {}
+        )
+    moved = derive_status(current, obs, generation=1, now=tick + timedelta(minutes=10), billing_step_s=600)
+    assert moved["cost"]["hours"] > first["cost"]["hours"]
+    at = datetime(2026, 5, 4, 12, 17, 31, tzinfo=UTC)
+    assert billing_clock(at, terminal=False) == datetime(2026, 5, 4, 12, 17, tzinfo=UTC)
+    assert billing_clock(at, terminal=False, step_s=600) == datetime(2026, 5, 4, 12, 10, tzinfo=UTC)
+    assert billing_clock(at, terminal=False, step_s=1) == datetime(
+        2026, 5, 4, 12, 17, tzinfo=UTC
+    )  # a minute at least
+    assert billing_clock(at, terminal=True, step_s=600) == at
 
 
 def test_observer_pass_ingests_once_and_fills_results() -> None:

@@ -12,6 +12,7 @@ from .common import (
     Accelerator,
     EnvFromSource,
     EnvVar,
+    ModelFamily,
     ModelSource,
     Pricing,
     Resources,
@@ -216,10 +217,65 @@ class BenchOutput(ApiModel):
         return self
 
 
+class LoraAdapter(ApiModel):
+    """A PEFT LoRA adapter served on top of model.uri (vLLM's multi-LoRA serving)."""
+
+    uri: StorageUri = storage_uri_field("The adapter directory (adapter_config.json, adapter weights).")
+    name: str = Field(
+        default="finetuned",
+        pattern=r"^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$",
+        description="The model name requests ask for; the load generator sends it.",
+    )
+    rank: int = Field(default=16, ge=1, le=4096, description="Its LoRA rank (the engine's --max-lora-rank).")
+
+
+class ServedModel(ModelSource):
+    """What the engine serves: a model directory (uri), optionally with a LoRA adapter on top, or what
+    a FinetuneJob of the same namespace trained (finetuneJob): the bench then waits until that run
+    succeeded and serves its output (a merged model, or its adapter on the base model it trained),
+    with family and size taken from it."""
+
+    model_config = ModelSource.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                cel("has(self.uri) != has(self.finetuneJob)", "set exactly one of uri and finetuneJob"),
+                cel(
+                    "has(self.finetuneJob) || has(self.family)",
+                    "family is needed unless finetuneJob gives it",
+                ),
+                cel("!has(self.finetuneJob) || !has(self.adapter)", "finetuneJob brings its own adapter"),
+            ]
+        }
+    }
+
+    uri: StorageUri | None = storage_uri_field(  # type: ignore[assignment]
+        "Hugging Face-format model directory: pvc://CLAIM/PATH, gs://, s3://, or a local path.", default=None
+    )
+    family: ModelFamily | None = Field(  # type: ignore[assignment]
+        default=None, description="Architecture family; with finetuneJob, the trained model's."
+    )
+    finetune_job: str | None = Field(
+        default=None,
+        pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$",
+        description="Serve what this FinetuneJob (same namespace) trained, once it succeeded.",
+    )
+    adapter: LoraAdapter | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ServedModel:
+        if (self.uri is None) == (self.finetune_job is None):
+            raise ValueError("set exactly one of uri and finetuneJob")
+        if self.finetune_job is None and self.family is None:
+            raise ValueError("family is needed unless finetuneJob gives it")
+        if self.finetune_job is not None and self.adapter is not None:
+            raise ValueError("finetuneJob brings its own adapter")
+        return self
+
+
 class InferenceBenchSpec(RunControl):
     """Serve a model and sweep load against it: latency percentiles, SLO capacity and $ per 1M tokens."""
 
-    model: ModelSource
+    model: ServedModel
     server: Server = Field(default_factory=Server)
     accelerator: Accelerator
     workload: Workload = Field(default_factory=Workload)

@@ -64,6 +64,8 @@ class Reason(StrEnum):
     POD_CREATE_FAILED = "FailedCreate"  # the apiserver refused the Job's pods (quota, Pod Security, ...)
     NAME_CONFLICT = "NameConflict"  # a child's name is taken by an object this resource does not own
     QUOTA_EXCEEDED = "QuotaExceeded"  # a ResourceQuota refused a child (retried while quota frees up)
+    WAITING_FOR_MODEL = "WaitingForModel"  # an InferenceBench's FinetuneJob has not succeeded yet
+    MODEL_UNAVAILABLE = "ModelUnavailable"  # ... and never will (failed, no servable output)
     # A worker's own failure, as its report's error.type: the run's Failed condition carries it.
     INVALID_CONFIG = "InvalidConfig"
     OBJECT_NOT_FOUND = "ObjectNotFound"
@@ -311,5 +313,24 @@ class FinetuneJobStatus(ResourceStatus):
     results: FinetuneResults | None = None
 
 
+class ServedAdapter(ApiModel):
+    uri: str
+    name: str
+    rank: int
+
+
+class ServedModelStatus(ApiModel):
+    """What an InferenceBench that names a FinetuneJob serves, fixed when its children were applied."""
+
+    finetune_job: str
+    finetune_job_uid: str | None = None
+    uri: str | None = None
+    family: str | None = None
+    size: str | None = None
+    parameters: int | None = None
+    adapter: ServedAdapter | None = None
+
+
 class InferenceBenchStatus(ResourceStatus):
     results: BenchResults | None = None
+    served_model: ServedModelStatus | None = None

@@ -15,7 +15,7 @@ import yaml
 
 from .. import __version__
 from ..api.contract import ENV_METRICS_PORT, ExitCode
-from .manifests import LoadedResource, ManifestError, load_resources
+from .manifests import LoadedResource, ManifestError, load_all, load_resources
 
 
 # YAML 1.1 (what Go's yaml readers in kubectl and the apiserver speak) also reads y/Y/n/N as booleans;
@@ -81,7 +81,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         table.add_column(col, overflow="fold")
     notes: list[str] = []
     sources: dict[str, str] = {}
-    for item, plan, _ in _plans(load_resources(args.file)):
+    for item, plan, _ in _plans(load_all(args.file)):
         res = item.resource
         mem = plan.memory.total / 1e9
         table.add_row(
@@ -116,7 +116,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     from ..render import render
 
     objects: list[dict] = []
-    for item, plan, catalog in _plans(load_resources(args.file)):
+    for item, plan, catalog in _plans(load_all(args.file)):
         res = item.resource
         if args.namespace and not res.metadata.namespace:
             res.metadata.namespace = args.namespace
@@ -519,12 +519,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     plan = sub.add_parser("plan", help="show chips, memory and $/hour the planner picks for a manifest")
     plan.add_argument(
-        "-f", "--file", required=True, help="manifest file (YAML, several documents ok; - = stdin)"
+        "-f",
+        "--file",
+        required=True,
+        action="append",
+        help="manifest file (YAML, several documents ok; - = stdin); repeat for several files",
     )
     plan.set_defaults(func=cmd_plan)
 
     render = sub.add_parser("render", help="print the child Kubernetes objects, like `helm template`")
-    render.add_argument("-f", "--file", required=True, help="manifest file (- = stdin)")
+    render.add_argument(
+        "-f", "--file", required=True, action="append", help="manifest file (- = stdin); repeat for several"
+    )
     render.add_argument("-n", "--namespace", default="default", help="namespace for resources that set none")
     render.set_defaults(func=cmd_render)
 

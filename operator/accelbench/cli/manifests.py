@@ -15,6 +15,7 @@ from ..api.campaign import BenchCampaign
 from ..api.errors import describe_validation_error
 from ..campaign.matrix import MatrixError, cells_of
 from ..campaign.plan import arms, child_manifest
+from ..controller.served import SERVED_MODEL_STATUS, resolve_served_model, served_from_finetune, source_name
 
 
 class ManifestError(ValueError):
@@ -74,6 +75,42 @@ def load_resources(path: str) -> list[LoadedResource]:
     if problems:
         raise ManifestError("\n".join(problems))
     return loaded
+
+
+def load_all(paths: list[str]) -> list[LoadedResource]:
+    """The resources of several files, an InferenceBench that serves a FinetuneJob's output resolved
+    against that FinetuneJob's manifest among them, as if that run had succeeded (what the operator
+    does once it has: controller/served.py)."""
+    loaded = [item for path in paths for item in load_resources(path)]
+    trained = {
+        (item.resource.metadata.namespace, item.resource.metadata.name): item.resource
+        for item in loaded
+        if item.resource.kind == "FinetuneJob"
+    }
+    resolved: list[LoadedResource] = []
+    problems: list[str] = []
+    for item in loaded:
+        wire = item.resource.to_wire()
+        name = source_name(wire)
+        if name is None:
+            resolved.append(item)
+            continue
+        train = trained.get((item.resource.metadata.namespace, name))
+        if train is None:
+            problems.append(
+                f"{item.source}: InferenceBench {item.resource.metadata.name} serves what FinetuneJob {name} "
+                f"trains: pass that FinetuneJob's manifest too (-f train.yaml -f bench.yaml)"
+            )
+            continue
+        served, why = served_from_finetune(name, {**train.to_wire(), "status": {"phase": "Succeeded"}})
+        if served is None:
+            problems.append(f"{item.source}: {why}")
+            continue
+        result = resolve_served_model(wire, {SERVED_MODEL_STATUS: served}, None)
+        resolved.append(LoadedResource(item.source, parse_resource(dict(result.manifest or wire))))
+    if problems:
+        raise ManifestError("\n".join(problems))
+    return resolved
 
 
 def _read_text(path: str) -> str:

@@ -192,4 +192,4 @@ def reconcile_campaign(snap: Snapshot, state: ControllerState, now: datetime) ->
                 outcome = Outcome("campaign", requeue_after=STALLED_PASS_S)
     desired["conditions"] = campaign_conditions({**stored, **desired}, generation, now, artifact)
     patch = status_patch(stored, desired, whole_maps=True)  # waiting, winners: cells come and go
-    return write_status(state, snap.key, body, patch) or outcome
+    return write_status(state, snap.key, body, patch, outcome)[0]

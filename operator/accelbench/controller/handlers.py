@@ -42,6 +42,7 @@ from .cache import (
 from .kube import Kube, load_config
 from .loop import Controller, Indexes
 from .metrics import METRICS
+from .served import source_name
 from .state import (
     DEFAULT_PRICES_CONFIGMAP,
     ControllerState,
@@ -93,7 +94,13 @@ async def start_loop(memo: kopf.Memo, logger: logging.Logger, **indices: Any) ->
     resources = {kind.KIND: indices[f"{kind.PLURAL}_index"] for kind in (*KINDS, BenchCampaign)}
     runs = [indices[f"{kind.PLURAL}_runs"] for kind in KINDS]
     controller.start(
-        Indexes(resources=resources, jobs=indices["jobs_index"], pods=indices["pods_index"], runs=runs)
+        Indexes(
+            resources=resources,
+            jobs=indices["jobs_index"],
+            pods=indices["pods_index"],
+            runs=runs,
+            sources=indices["inferencebenches_sources"],
+        )
     )
     memo.controller = controller
     logger.info("accelbench loop started with %d workers", WORKERS)
@@ -122,6 +129,12 @@ def pods_index(body: kopf.Body, **_: Any) -> dict[Any, Any]:
     return {owner: slim_pod(body)} if owner else {}
 
 
+def sources_index(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    """InferenceBenches by the FinetuneJob they serve from (served.py)."""
+    source = source_name(body)
+    return {(namespace, source): (InferenceBench.KIND, namespace, name)} if source else {}
+
+
 def runs_index(body: kopf.Body, **_: Any) -> dict[Any, Any]:
     """A campaign's runs, by its UID, with their status: the rows of its table."""
     owner = controller_uid(body, CAMPAIGN_KINDS)
@@ -131,7 +144,11 @@ def runs_index(body: kopf.Body, **_: Any) -> dict[Any, Any]:
 async def resource_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     meta = body.get("metadata") or {}
     namespace = str(meta.get("namespace"))
-    memo.controller.wake((str(body.get("kind")), namespace, str(meta.get("name"))))
+    version = meta.get("resourceVersion")
+    key = (str(body.get("kind")), namespace, str(meta.get("name")))
+    memo.controller.resource_changed(key, str(version) if version else None)
+    if key[0] == FinetuneJob.KIND:
+        memo.controller.wake_servers_of(namespace, key[2])
     owner = controller_of(body)
     if owner is not None and owner.get("kind") in CAMPAIGN_KINDS:  # a run's change is its campaign's
         memo.controller.wake((str(owner["kind"]), namespace, str(owner.get("name"))))
@@ -166,3 +183,5 @@ def register(registry: kopf.OperatorRegistry | None = None) -> None:
         kopf.on.event(GROUP, VERSION, kind.PLURAL, registry=registry)(resource_event)
     for kind in KINDS:
         kopf.index(GROUP, VERSION, kind.PLURAL, id=f"{kind.PLURAL}_runs", registry=registry)(runs_index)
+    plural = InferenceBench.PLURAL
+    kopf.index(GROUP, VERSION, plural, id=f"{plural}_sources", registry=registry)(sources_index)

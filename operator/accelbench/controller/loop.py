@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -25,12 +26,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from ..api import FinetuneJob, InferenceBench
 from ..api.campaign import BenchCampaign
 from ..api.status import Phase
 from .cache import ResourceKey
 from .campaign import reconcile_campaign
 from .progress import PROGRESS_ROLE, metrics_url, read_progress
 from .reconciler import RUNNING_PASS_S, Outcome, Snapshot, reconcile
+from .served import source_name
 from .state import ControllerState
 from .workqueue import WorkQueue
 
@@ -46,6 +49,10 @@ MAX_SCRAPES = 64  # progress reads in flight at once
 # 5.7 % of a core.
 PERIODIC_PASSES_PER_S = 5.0
 PERIODIC_MAX_S = 300.0
+# A running cost moves by a minute at a time, and by more for a large fleet, so that the billing
+# writes of all Running runs together stay near this many a second (1,000 runs: every 10 minutes).
+# Budgets never wait on it: a campaign counts an unfinished run at its whole allowance.
+BILLING_WRITES_PER_S = 2.0
 
 
 def spread(requeue_after: float, scheduled: int) -> float:
@@ -54,6 +61,13 @@ def spread(requeue_after: float, scheduled: int) -> float:
     if requeue_after < RUNNING_PASS_S:
         return requeue_after
     return max(requeue_after, min(scheduled / PERIODIC_PASSES_PER_S, PERIODIC_MAX_S))
+
+
+def billing_step(scheduled: int) -> float:
+    """Seconds a running cost's clock moves at a time with `scheduled` resources on a timer: whole
+    minutes, at least one."""
+    minutes = math.ceil(scheduled / BILLING_WRITES_PER_S / 60.0)
+    return 60.0 * max(1, minutes)
 
 
 @dataclass
@@ -65,6 +79,7 @@ class Indexes:
     jobs: Any
     pods: Any
     runs: Sequence[Any] = ()  # per run kind: its resources by their BenchCampaign's UID
+    sources: Any = None  # InferenceBench keys by the (namespace, FinetuneJob) they serve from
 
 
 def _first(store: Any) -> Any:
@@ -83,6 +98,8 @@ class Controller:
         self._scraping: dict[ResourceKey, float] = {}  # key -> when its last read started (monotonic)
         self._scrape_slots = asyncio.Semaphore(MAX_SCRAPES)
         self._wrote_over: dict[ResourceKey, str] = {}  # see _stale
+        self._wrote: dict[ResourceKey, str] = {}  # see resource_changed
+        self._deferred: set[ResourceKey] = set()  # passes skipped by _stale, owed on the next event
         self._tasks: list[asyncio.Task[None]] = []
         self.clock: Callable[[], datetime] = lambda: datetime.now(UTC)
 
@@ -91,6 +108,24 @@ class Controller:
     def wake(self, key: ResourceKey) -> None:
         self.ready.set()
         self.queue.add(key)
+
+    def wake_servers_of(self, namespace: str, finetune_job: str) -> None:
+        """The InferenceBenches serving what this FinetuneJob trains: its phase may start them."""
+        if self.indexes is None or self.indexes.sources is None:
+            return
+        for key in list(self.indexes.sources.get((namespace, finetune_job), ())):
+            self.wake(key)
+
+    def resource_changed(self, key: ResourceKey, resource_version: str | None) -> None:
+        """A watch event of one of our resources. The echo of our own status write (the version
+        that write made) wakes nothing: the pass that wrote it was computed from the version before,
+        plus only what it wrote, so a pass over the echo would find nothing to do, yet it would be
+        half the passes of a fleet whose billing clocks tick. A pass skipped as stale is owed then."""
+        if resource_version is not None and self._wrote.get(key) == resource_version:
+            self.ready.set()
+            if key not in self._deferred:
+                return
+        self.wake(key)
 
     def snapshot(self, key: ResourceKey) -> Snapshot:
         assert self.indexes is not None, "indexes attached at startup"
@@ -104,11 +139,15 @@ class Controller:
             earlier = ((body.get("spec") or {}).get("baseline") or {}).get("campaign")
             baseline = _first(self.indexes.resources[kind].get((namespace, earlier))) if earlier else None
             return Snapshot(key, body, runs=runs, baseline=baseline)
+        source = None
+        if kind == InferenceBench.KIND and (name_of_source := source_name(body)) is not None:
+            source = _first(self.indexes.resources[FinetuneJob.KIND].get((namespace, name_of_source)))
         jobs = list(self.indexes.jobs.get(uid, ()))
         pods = [
             pod for job in jobs for pod in self.indexes.pods.get((job.get("metadata") or {}).get("uid"), ())
         ]
-        return Snapshot(key, body, jobs, pods, self._progress.get(key))
+        step = billing_step(self.queue.scheduled)
+        return Snapshot(key, body, jobs, pods, self._progress.get(key), billing_step_s=step, source=source)
 
     async def _pass(self, key: ResourceKey, snap: Snapshot) -> Outcome:
         self._maybe_scrape(snap)
@@ -117,6 +156,8 @@ class Controller:
         outcome = await loop.run_in_executor(self._executor, step, snap, self.state, self.clock())
         if outcome.wrote_over is not None:
             self._wrote_over[key] = outcome.wrote_over
+        if outcome.wrote is not None:
+            self._wrote[key] = outcome.wrote
         return outcome
 
     def _stale(self, key: ResourceKey, snap: Snapshot) -> bool:
@@ -166,14 +207,18 @@ class Controller:
                 if self._stale(key, snap):
                     # Woken (a child's event) before our own last status write reached the index:
                     # that write's event wakes it again; the timer is only a safety net.
+                    self._deferred.add(key)
                     outcome = Outcome("stale-index", requeue_after=STALE_RECHECK_S)
                 else:
+                    self._deferred.discard(key)
                     outcome = await self._pass(key, snap)
                 if snap.body is None:
                     self.queue.drop(key)
                     self._progress.pop(key, None)
                     self._scraping.pop(key, None)
                     self._wrote_over.pop(key, None)
+                    self._wrote.pop(key, None)
+                    self._deferred.discard(key)
             except Exception:  # never let one resource stop a worker
                 log.exception("pass over %s failed", key)
             finally:

@@ -19,6 +19,7 @@ from .conditions import find_condition, make_condition, parse_conditions
 from .ingest import Ingested, StoredReport, ingest
 from .observe import Observation, job_condition, observe, observe_server, pod_job_name
 from .status import (
+    BILLING_STEP_S,
     apply_worker_error,
     derive_status,
     is_terminal,
@@ -146,11 +147,13 @@ def observe_resource(
     now: datetime,
     refusals: Mapping[str, str] | None = None,
     read_stored: StoredReader | None = None,
+    billing_step_s: float = BILLING_STEP_S,
 ) -> StatusUpdate | None:
     """None when there is nothing for the observer to do (refused spec, children not applied yet,
     or a finished run whose Job was cleaned up by its TTL). `refusals`: Job name -> its latest
     FailedCreate message, for the Jobs `jobs_to_ask_why` named. `read_stored`: reads the report
-    copy in the results ConfigMap, called only when the termination message is gone."""
+    copy in the results ConfigMap, called only when the termination message is gone.
+    `billing_step_s`: how far a running cost's clock moves at a time (status.billing_clock)."""
     refusals = refusals or {}
     kind = str(body.get("kind"))
     status: Mapping[str, Any] = body.get("status") or {}
@@ -190,7 +193,9 @@ def observe_resource(
     ingested = _maybe_ingest(status, obs, kind, generation, now, read_stored)
     obs = reported_before_vanishing(obs, ingested, now)
     obs = apply_worker_error(obs, recorded_worker_error(parse_conditions(status.get("conditions")), ingested))
-    desired = derive_status(status, obs, generation=generation, now=now, ingested=ingested)
+    desired = derive_status(
+        status, obs, generation=generation, now=now, ingested=ingested, billing_step_s=billing_step_s
+    )
     patch = status_patch(status, desired)
 
     events = []

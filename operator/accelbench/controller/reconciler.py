@@ -48,9 +48,11 @@ from .reconcile import (
     server_admitted,
     server_to_stop,
 )
+from .served import SERVED_MODEL_STATUS, Resolution, resolve_served_model
 from .state import ControllerState
 from .status import (
     APPLY_REJECTED,
+    BILLING_STEP_S,
     Price,
     applied_status,
     finished,
@@ -84,6 +86,8 @@ class Snapshot:
     progress: Mapping[str, Any] | None = None  # the latest progress read of its rank 0
     runs: Sequence[Mapping[str, Any]] = ()  # a BenchCampaign's: the runs whose controller it is
     baseline: Mapping[str, Any] | None = None  # a BenchCampaign's: the earlier campaign it compares with
+    source: Mapping[str, Any] | None = None  # an InferenceBench's: the FinetuneJob it serves from (served.py)
+    billing_step_s: float = BILLING_STEP_S  # how far a running cost moves at a time (loop.billing_step)
 
 
 @dataclass(frozen=True)
@@ -94,6 +98,8 @@ class Outcome:
     # The resourceVersion the pass's status write replaced: until the index shows a newer body, a
     # pass would start from the state before that write (see Controller._stale).
     wrote_over: str | None = None
+    # The resourceVersion that write made: its watch event is our own echo (Controller.echo).
+    wrote: str | None = None
 
 
 class RetryLater(Exception):
@@ -204,6 +210,24 @@ def _apply_failed(
     raise RetryLater(f"applying {ref} failed ({exc.status}): {api_error_message(exc)}") from exc
 
 
+def _model_not_ready(w: Writes, resolution: Resolution, generation: int | None, now: datetime) -> Outcome:
+    """A bench whose FinetuneJob has not succeeded (waits: that FinetuneJob's events wake it) or
+    never will (Failed, like a refused spec: nothing started, nothing billed)."""
+    if resolution.fail is not None:
+        message = resolution.fail
+        already = w.status.get("phase") == Phase.FAILED.value and w.status.get("message") == message
+        w.update(invalid_spec_status(w.status, message, generation, now, Reason.MODEL_UNAVAILABLE.value))
+        if not already:
+            w.event("Warning", Reason.MODEL_UNAVAILABLE.value, message)
+        return Outcome("model-unavailable")
+    message = str(resolution.wait)
+    if w.status.get("message") != message:
+        w.event("Normal", Reason.WAITING_FOR_MODEL.value, message)
+    w.update(not_applied_status(w.status, message, generation, Reason.WAITING_FOR_MODEL.value))
+    w.update({"observedGeneration": generation, "phase": w.status.get("phase") or Phase.PENDING.value})
+    return Outcome("waiting-for-model")
+
+
 def ensure_children(
     body: Mapping[str, Any],
     w: Writes,
@@ -211,14 +235,19 @@ def ensure_children(
     jobs: Sequence[Mapping[str, Any]],
     now: datetime,
     only: tuple[str, str] | None = None,
+    source: Mapping[str, Any] | None = None,
 ) -> Outcome:
-    """Render and apply the children (all, or only `only` = (kind, name)), then record them."""
+    """Render and apply the children (all, or only `only` = (kind, name)), then record them.
+    `source`: the FinetuneJob an InferenceBench serves from, if it names one."""
     meta = body.get("metadata") or {}
     generation, uid = meta.get("generation"), meta.get("uid")
     kind, name = str(body.get("kind")), str(meta.get("name"))
     owned_jobs = {str((j.get("metadata") or {}).get("name")) for j in jobs}
+    resolution = resolve_served_model(manifest_of(body), w.status, source)
+    if resolution.manifest is None:
+        return _model_not_ready(w, resolution, generation, now)
     try:
-        resource = parse_resource(manifest_of(body))
+        resource = parse_resource(resolution.manifest)
         plan, rendered = build_children(
             resource, state.catalog(), server_admitted(w.status, jobs), state.network
         )
@@ -275,6 +304,8 @@ def ensure_children(
             now=now,
         )
     )
+    if resolution.served is not None:
+        w.update({SERVED_MODEL_STATUS: resolution.served})
     if was_ready is None or was_ready.status != "True":
         names = ", ".join(f"{c['kind']}/{c['metadata']['name']}" for c in chosen)
         w.event("Normal", Reason.CHILDREN_CREATED.value, f"applied {names}")
@@ -327,7 +358,9 @@ def observe_children(snap: Snapshot, w: Writes, state: ControllerState, now: dat
     spec = dict(body.get("spec") or {})
     label = "observe-unchanged"
     refusals = _refusals(state, snap, stored, now)
-    update = observe_resource(body, snap.jobs, snap.pods, now, refusals, stored_report_reader(state, snap))
+    update = observe_resource(
+        body, snap.jobs, snap.pods, now, refusals, stored_report_reader(state, snap), snap.billing_step_s
+    )
     if update is not None and update.changed:
         w.update(update.patch)
         label = "observe-changed"
@@ -398,30 +431,40 @@ def next_pass(spec: Mapping[str, Any], status: Mapping[str, Any], now: datetime)
 
 
 # Applied=False reasons whose generation was seen but whose children are still to be applied.
-APPLY_RETRIED = frozenset({Reason.NAME_CONFLICT.value, Reason.QUOTA_EXCEEDED.value})
+APPLY_RETRIED = frozenset(
+    {Reason.NAME_CONFLICT.value, Reason.QUOTA_EXCEEDED.value, Reason.WAITING_FOR_MODEL.value}
+)
 
 
 def write_status(
-    state: ControllerState, key: ResourceKey, body: Mapping[str, Any], patch: Mapping[str, Any]
-) -> Outcome | None:
-    """The pass's one status write, conditional on the resourceVersion it read; the Outcome when
-    it did not happen (409: computed from an old body, so computed again), None when it did."""
+    state: ControllerState,
+    key: ResourceKey,
+    body: Mapping[str, Any],
+    patch: Mapping[str, Any],
+    outcome: Outcome,
+) -> tuple[Outcome, bool]:
+    """The pass's one status write, conditional on the resourceVersion it read. Returns the pass's
+    Outcome and whether it stands: `outcome` with the versions written over and made, or as it was
+    when nothing needed writing; else why the write did not happen (409: computed from an old
+    body, so computed again)."""
     if not patch:
-        return None
+        return outcome, True
     kind, namespace, name = key
+    read = (body.get("metadata") or {}).get("resourceVersion")
     try:
-        state.kube.patch_status(body, patch, (body.get("metadata") or {}).get("resourceVersion"))
+        stored = state.kube.patch_status(body, patch, read)
     except ApiException as exc:
         if exc.status == 409:
-            return Outcome("conflict-retry", requeue_after=0.5)
+            return Outcome("conflict-retry", requeue_after=0.5), False
         if exc.status == 404:
-            return Outcome("gone")
+            return Outcome("gone"), False
         log.warning("%s %s/%s: status write failed: %s", kind, namespace, name, api_error_message(exc))
-        return Outcome("retry", retry=True)
+        return Outcome("retry", retry=True), False
     except (HTTPError, OSError) as exc:
         log.warning("%s %s/%s: status write failed: %s", kind, namespace, name, exc)
-        return Outcome("retry", retry=True)
-    return None
+        return Outcome("retry", retry=True), False
+    made = ((stored or {}).get("metadata") or {}).get("resourceVersion")
+    return replace(outcome, wrote_over=read, wrote=str(made) if made else None), True
 
 
 def wants_apply(
@@ -452,7 +495,7 @@ def reconcile(snap: Snapshot, state: ControllerState, now: datetime) -> Outcome:
     generation = meta.get("generation")
     try:
         if wants_apply(stored, generation, snap.jobs, now):
-            outcome = ensure_children(body, w, state, snap.jobs, now)
+            outcome = ensure_children(body, w, state, snap.jobs, now, source=snap.source)
         else:
             outcome = observe_children(snap, w, state, now)
             if finished(w.status) and w.status.get("observedGeneration") != generation:
@@ -472,11 +515,9 @@ def reconcile(snap: Snapshot, state: ControllerState, now: datetime) -> Outcome:
         outcome = Outcome("error", retry=True)
     w.update(kstatus_conditions(w.status, generation, now))
 
-    failed = write_status(state, snap.key, body, w.patch)
-    if failed is not None:
-        return failed
-    if w.patch:
-        outcome = replace(outcome, wrote_over=meta.get("resourceVersion"))
+    outcome, written = write_status(state, snap.key, body, w.patch, outcome)
+    if not written:
+        return outcome
     stamp = now_rfc3339(now)
     for type_, reason, message in w.events:
         try:

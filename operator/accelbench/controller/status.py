@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from ..api.status import (
@@ -64,6 +64,10 @@ def price_from_status(status: Mapping[str, Any]) -> Price | None:
         return None
 
 
+# Applied=False reasons of a run that ended before anything ran: a new generation may still start it.
+NEVER_STARTED_REASONS = frozenset({Reason.INVALID_SPEC.value, Reason.MODEL_UNAVAILABLE.value})
+
+
 def is_terminal(status: Mapping[str, Any]) -> bool:
     return status.get("phase") in TERMINAL
 
@@ -77,7 +81,7 @@ def finished(status: Mapping[str, Any]) -> bool:
         return False
     ready = find_condition(parse_conditions(status.get("conditions")), ConditionType.APPLIED.value)
     refused_before_start = (
-        ready is not None and ready.reason == Reason.INVALID_SPEC.value and not status.get("startTime")
+        ready is not None and ready.reason in NEVER_STARTED_REASONS and not status.get("startTime")
     )
     return not refused_before_start
 
@@ -103,10 +107,15 @@ def spec_invalid(status: Mapping[str, Any], generation: int | None) -> bool:
 
 
 def invalid_spec_status(
-    current: Mapping[str, Any], message: str, generation: int | None, now: datetime
+    current: Mapping[str, Any],
+    message: str,
+    generation: int | None,
+    now: datetime,
+    reason: str = Reason.INVALID_SPEC.value,
 ) -> dict[str, Any]:
-    """Phase Failed with Applied=False/InvalidSpec; fixing the spec (a new generation) clears it."""
-    ready = make_condition(ConditionType.APPLIED.value, False, Reason.INVALID_SPEC.value, message, generation)
+    """Phase Failed with Applied=False/InvalidSpec (or `reason`: a run that can never start); fixing
+    the spec (a new generation) clears it."""
+    ready = make_condition(ConditionType.APPLIED.value, False, reason, message, generation)
     conditions = merge_conditions(parse_conditions(current.get("conditions")), [ready], now=now_rfc3339(now))
     return {
         "phase": Phase.FAILED.value,
@@ -191,9 +200,17 @@ def apply_worker_error(obs: Observation, error: str | None) -> Observation:
     )
 
 
-def _billing_clock(now: datetime, terminal: bool) -> datetime:
-    # A running cost that moved every few seconds would rewrite the status on every timer tick.
-    return now if terminal else now.replace(second=0, microsecond=0)
+BILLING_STEP_S = 60.0  # a running cost moves by whole minutes at the least
+
+
+def billing_clock(now: datetime, terminal: bool, step_s: float = BILLING_STEP_S) -> datetime:
+    """The instant a running cost is billed to: `now` floored to a multiple of `step_s` (a running
+    cost that moved on every pass would rewrite the status on every pass; the loop widens the step
+    for a large fleet). A final cost is exact."""
+    if terminal:
+        return now
+    step = max(step_s, BILLING_STEP_S)
+    return datetime.fromtimestamp(now.timestamp() // step * step, UTC)
 
 
 def derive_status(
@@ -203,6 +220,7 @@ def derive_status(
     generation: int | None,
     now: datetime,
     ingested: Ingested | None = None,
+    billing_step_s: float = BILLING_STEP_S,
 ) -> dict[str, Any]:
     """The fields the observer owns: phase, conditions, message, times, cost, results."""
     existing = parse_conditions(current.get("conditions"))
@@ -237,7 +255,7 @@ def derive_status(
             price_source=price.price_source,
             start=obs.start_time,
             end=obs.completion_time if obs.terminal else None,
-            now=_billing_clock(now, obs.terminal),
+            now=billing_clock(now, obs.terminal, billing_step_s),
             earlier_hours=earlier_segments_hours(current, obs.start_time, segment_closed),
             shown_hours=float((current.get("cost") or {}).get("hours") or 0.0),
             shown_dollars=float((current.get("cost") or {}).get("dollars") or 0.0),
@@ -255,7 +273,9 @@ def derive_status(
 
 # Applied=False reasons that need someone to act (the operator retries a NameConflict, but only a
 # person can remove the object in the way).
-STALLING_APPLY_REASONS = frozenset({Reason.INVALID_SPEC.value, Reason.NAME_CONFLICT.value})
+STALLING_APPLY_REASONS = frozenset(
+    {Reason.INVALID_SPEC.value, Reason.NAME_CONFLICT.value, Reason.MODEL_UNAVAILABLE.value}
+)
 
 
 def kstatus_conditions(status: Mapping[str, Any], generation: int | None, now: datetime) -> dict[str, Any]:

@@ -30,6 +30,11 @@ def plan_inference(spec: InferenceBenchSpec, catalog: Catalog) -> Plan:
     external endpoint schedules nothing (hosts = 0); its chips only price the hardware behind it.
     """
     accel = accelerator(catalog, spec.accelerator.type.value)
+    if spec.model.family is None:  # the operator (controller/served.py) or the CLI resolves it first
+        raise PlanError(
+            f"model.finetuneJob {spec.model.finetune_job}: the model is what that FinetuneJob trains, "
+            "known once it succeeded (to plan it here, pass its manifest too: -f train.yaml -f bench.yaml)"
+        )
     shape = model_shape(spec.model)
     dollars, source, price_notes = price_for(spec.pricing, spec.accelerator.capacity, accel)
     if spec.server.engine == Engine.EXTERNAL:

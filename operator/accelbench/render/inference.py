@@ -112,15 +112,17 @@ STARTUP_PERIOD_SECONDS = 10
 FETCH_RESOURCES = {"requests": {"memory": "512Mi"}, "limits": {"memory": "2Gi"}}
 CLIENT_RESOURCES = {"requests": {"cpu": "2", "memory": "2Gi"}, "limits": {"memory": "4Gi"}}
 TGI_DEFAULT_PREFILL_TOKENS = 4096
+FETCH_ADAPTER_CONTAINER = "fetch-adapter"
+# vLLM's LoRAConfig.max_lora_rank accepts only these (vllm/config/lora.py, MaxLoRARanks).
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 
 # ---------------------------------------------------------------- model and engine arguments
 
 
-def model_argument(bench: InferenceBench) -> str:
-    """What the engine is told to load: a local path for pvc:// and for an object-store copy,
+def engine_path(uri: str) -> str:
+    """Where the engine finds `uri`: a local path for pvc:// and for an object-store copy,
     otherwise the URI as given."""
-    uri = bench.spec.model.uri
     ref = parse_pvc(uri)
     if ref is not None:
         return local_path(ref, MODEL_ROOT)
@@ -129,16 +131,42 @@ def model_argument(bench: InferenceBench) -> str:
     return uri
 
 
+def model_uri(bench: InferenceBench) -> str:
+    uri = bench.spec.model.uri
+    if uri is None:  # the controller resolves finetuneJob to a uri (controller/served.py) first
+        raise RenderError(f"model.finetuneJob {bench.spec.model.finetune_job} is not resolved to a model yet")
+    return uri
+
+
+def model_argument(bench: InferenceBench) -> str:
+    """What the engine is told to load."""
+    return engine_path(model_uri(bench))
+
+
+def served_uris(bench: InferenceBench) -> list[tuple[str, str]]:
+    """(init container, uri) of what the engine loads: the model, and the LoRA adapter if any."""
+    adapter = bench.spec.model.adapter
+    return [(FETCH_CONTAINER, model_uri(bench))] + (
+        [(FETCH_ADAPTER_CONTAINER, adapter.uri)] if adapter else []
+    )
+
+
+def fetched_uris(bench: InferenceBench) -> list[tuple[str, str]]:
+    """The served URIs an init container copies from object storage (none for an external endpoint)."""
+    if bench.spec.server.engine == Engine.EXTERNAL:
+        return []
+    return [(name, uri) for name, uri in served_uris(bench) if is_object_store(uri)]
+
+
 def fetches_model(bench: InferenceBench) -> bool:
-    """The model is copied from object storage by an init container (not for an external endpoint)."""
-    return is_object_store(bench.spec.model.uri) and bench.spec.server.engine != Engine.EXTERNAL
+    return bool(fetched_uris(bench))
 
 
-def build_fetch_container(bench: InferenceBench, image: str) -> dict[str, Any]:
-    """An init container copying the model into the cache emptyDir with workers.storage, as the pod's
+def build_fetch_container(bench: InferenceBench, image: str, name: str, uri: str) -> dict[str, Any]:
+    """An init container copying `uri` into the cache emptyDir with workers.storage, as the pod's
     ServiceAccount (Workload Identity / IRSA) and with the server's env (an endpoint, a secretKeyRef)."""
-    container = container_base(FETCH_CONTAINER, image)
-    container["command"] = fetch_command(bench.spec.model.uri)
+    container = container_base(name, image)
+    container["command"] = fetch_command(uri)
     env = merge_env(merge_env([], bench.spec.env), bench.spec.server.env)
     if env:
         container["env"] = env
@@ -147,6 +175,14 @@ def build_fetch_container(bench: InferenceBench, image: str) -> dict[str, Any]:
     container["securityContext"] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
     container["resources"] = {part: dict(values) for part, values in FETCH_RESOURCES.items()}
     return container
+
+
+def vllm_lora_rank(rank: int) -> int:
+    """The smallest --max-lora-rank vLLM accepts that holds `rank` (its LoRAConfig takes only these)."""
+    for allowed in VLLM_LORA_RANKS:
+        if allowed >= rank:
+            return allowed
+    raise RenderError(f"LoRA rank {rank} is above the largest vLLM serves ({VLLM_LORA_RANKS[-1]})")
 
 
 def tensor_parallel(bench: InferenceBench, plan: Plan) -> int:
@@ -179,6 +215,15 @@ def build_vllm_command(bench: InferenceBench, plan: Plan) -> list[str]:
         command += ["--kv-cache-dtype", "fp8"]
     if server.quantization:
         command += ["--quantization", server.quantization]
+    adapter = bench.spec.model.adapter
+    if adapter is not None:
+        command += [
+            "--enable-lora",
+            "--max-lora-rank",
+            str(vllm_lora_rank(adapter.rank)),
+            "--lora-modules",
+            f"{adapter.name}={engine_path(adapter.uri)}",
+        ]
     return command + list(server.extra_args)
 
 
@@ -274,6 +319,12 @@ def engine_image(bench: InferenceBench, accel: AcceleratorSpec) -> str:
 
 def build_engine_command(bench: InferenceBench, plan: Plan, accel: AcceleratorSpec) -> list[str]:
     engine = bench.spec.server.engine
+    if bench.spec.model.adapter is not None and engine != Engine.VLLM:
+        source = bench.spec.model.adapter.uri
+        raise RenderError(
+            f"engine {engine} does not serve a LoRA adapter ({source}); use engine vllm, or export a "
+            "merged model (the FinetuneJob's output.mergeLora: true, its default)"
+        )
     if engine == Engine.VLLM:
         return build_vllm_command(bench, plan)
     if engine == Engine.TGI:
@@ -346,13 +397,13 @@ def build_server_pod_template(
     bench: InferenceBench, plan: Plan, accel: AcceleratorSpec, fetch_image: str
 ) -> dict[str, Any]:
     container = build_server_container(bench, plan, accel)
-    volumes, mounts = build_claim_volumes([ClaimUse(bench.spec.model.uri, writable=False)], MODEL_ROOT)
-    init: list[dict[str, Any]] = []
-    if fetches_model(bench):
+    claims = [ClaimUse(uri, writable=False) for _, uri in served_uris(bench)]
+    volumes, mounts = build_claim_volumes(claims, MODEL_ROOT)
+    init = [build_fetch_container(bench, fetch_image, name, uri) for name, uri in fetched_uris(bench)]
+    if init:
         volume, mount = cache_volume(read_only=True)
         volumes.append(volume)
         mounts.append(mount)
-        init.append(build_fetch_container(bench, fetch_image))
     as_root = engine_runs_as_root(bench, accel)
     if not as_root:
         volume, mount = engine_home()
@@ -383,7 +434,7 @@ def build_server_job(
         backoff_limit=bench.spec.max_retries,
         # Third-party engines have no exit-code contract with us; our fetch container does.
         fail_job_exit_codes=[int(ExitCode.INVALID_CONFIG)],
-        containers=(FETCH_CONTAINER,) if fetches_model(bench) else (),
+        containers=tuple(name for name, _ in fetched_uris(bench)),
         suspend=is_suspended(bench.spec),
         queue_name=bench.spec.queue_name,
     )

@@ -113,6 +113,8 @@ def apply_events(record: RequestRecord, events: list[tuple[float, bytes]]) -> No
             record.server_output_tokens = event.completion_tokens
         if event.prompt_tokens is not None:
             record.server_prompt_tokens = event.prompt_tokens
+        if event.cached_prompt_tokens is not None:
+            record.cached_prompt_tokens = event.cached_prompt_tokens
         record.end = t
         if event.done:
             break

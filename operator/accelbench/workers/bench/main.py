@@ -47,6 +47,7 @@ from ..metrics import BenchMetrics, metrics_port, start_metrics_server
 from ..report import write_report
 from .calibration import calibrate, limited_rates
 from .client import discover_model, make_session, probe, wait_ready
+from .fanout import PER_PROCESS_RATE, usable_cpus
 from .prompts import ApproxTokenizer, LocalTokenizer, PromptFactory, Tokenizer, probe_server_tokenizer
 from .results import (
     RESULTS_SCHEMA_VERSION,
@@ -116,8 +117,26 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="auto: uvloop when it is installed (fewer microseconds per network read), else asyncio's",
     )
+    p.add_argument(
+        "--client-processes",
+        default="auto",
+        help="most processes an open-loop cell's sends are spread over (auto: the CPUs this pod may use); "
+        f"a rate gets one per {PER_PROCESS_RATE:g} req/s",
+    )
     p.add_argument("--out", help="also write the full results JSON here")
     return p
+
+
+def client_processes(text: str) -> int:
+    if text == "auto":
+        return usable_cpus()
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ConfigError(f"--client-processes: 'auto' or a positive integer, not {text!r}")
+    return value
 
 
 def load_payload(args: argparse.Namespace, env: dict[str, str]) -> JobPayload | None:
@@ -172,6 +191,14 @@ def resolve_workload(
         raise ConfigError(f"invalid workload or slo: {exc}") from None
     search = (spec.capacity_search if spec else True) and not args.no_capacity_search
     return wl, slo_model, search
+
+
+def served_name(payload: JobPayload | None) -> str | None:
+    """The name requests ask for when the engine serves a LoRA adapter (its /v1/models lists the
+    base model first, which is not what was trained)."""
+    spec = payload.spec if payload else None
+    adapter = spec.model.adapter if isinstance(spec, InferenceBenchSpec) else None
+    return adapter.name if adapter is not None else None
 
 
 def price_given(payload: JobPayload | None, args: argparse.Namespace) -> dict[str, Any] | None:
@@ -258,7 +285,7 @@ async def measure(
         raise TimeoutError(f"server {base_url} not ready after {ready.seconds:.0f} s ({ready.detail})")
     log.info("server ready after %.1f s", ready.seconds)
     async with make_session(4) as session:
-        model = args.model or await discover_model(session, base_url)
+        model = args.model or served_name(payload) or await discover_model(session, base_url)
         tokenizer = await pick_tokenizer(session, base_url, model, args)
         prompts = PromptFactory(tokenizer, seed=args.seed)
         await prompts.prepare(max(workload.input_lengths))
@@ -273,14 +300,19 @@ async def measure(
             warmup_requests=workload.warmup_requests,
             seed=args.seed,
             transport=args.transport,
+            max_processes=client_processes(args.client_processes),
+            uvloop=loop_name(asyncio.get_running_loop()) == "uvloop",
         )
         ignore_eos = await supports_ignore_eos(session, settings)
         settings.ignore_eos = ignore_eos
         runner = Runner(settings, prompts)
-        calibration = None
-        if workload.request_rates and not args.no_client_calibration:
-            calibration = await calibrate(runner, workload.request_rates, max(workload.input_lengths))
-        sweep = await run_sweep(runner, workload, slo, search, args.max_concurrency, progress.on_cell)
+        try:
+            calibration = None
+            if workload.request_rates and not args.no_client_calibration:
+                calibration = await calibrate(runner, workload.request_rates, max(workload.input_lengths))
+            sweep = await run_sweep(runner, workload, slo, search, args.max_concurrency, progress.on_cell)
+        finally:
+            runner.close()
     price = price_given(payload, args)
     if calibration is not None:  # a rate the client could not deliver: its cells say so
         limited = limited_rates(calibration)
@@ -296,6 +328,8 @@ async def measure(
             "name": "accelbench.workers.bench",
             "transport": args.transport,
             "eventLoop": loop_name(asyncio.get_running_loop()),
+            "maxSendingProcesses": settings.max_processes,
+            "ratePerSendingProcess": PER_PROCESS_RATE,
             **versions(),
         },
         "resource": payload.metadata.to_wire() if payload else {},

@@ -24,6 +24,7 @@ class Event:
     tokens: int | None = None  # exact count when the server gave token ids or logprobs
     prompt_tokens: int | None = None  # from `usage`
     completion_tokens: int | None = None  # from `usage`
+    cached_prompt_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens (prefix cache)
     done: bool = False
     error: str | None = None
 
@@ -87,11 +88,14 @@ def parse_event(data: bytes) -> Event:
             text = choice.get("text") or ""
         tokens = _exact_tokens(choice)
     usage = obj.get("usage") or {}
+    details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
     return Event(
         text=text,
         tokens=tokens,
         prompt_tokens=usage.get("prompt_tokens"),
         completion_tokens=usage.get("completion_tokens"),
+        cached_prompt_tokens=cached if isinstance(cached, int) else None,
     )
 
 

@@ -41,6 +41,7 @@ class RequestRecord:
     end: float | None = None
     server_prompt_tokens: int | None = None
     server_output_tokens: int | None = None
+    cached_prompt_tokens: int | None = None  # prompt tokens the server took from its prefix cache
     error: str | None = None
     warmup: bool = False
     # Raw (read time, SSE payload) pairs as the transport saw them, folded into the fields above by
@@ -115,6 +116,8 @@ class RequestMetrics:
     server_output_tokens: int | None = None
     input_tokens: int | None = None  # the server's prompt count when given
     schedule_lag: float = 0.0
+    sent: bool = True  # False: the request never left (no connection)
+    cached_prompt_tokens: int | None = None
     token_source: str = TokenSource.CLIENT_ONLY
     start: float = 0.0  # scheduled
     end: float = 0.0
@@ -128,6 +131,7 @@ def request_metrics(record: RequestRecord) -> RequestMetrics:
             ok=False,
             error=error,
             schedule_lag=lag,
+            sent=not math.isnan(record.sent),
             start=record.scheduled,
             end=record.end or record.scheduled,
             input_tokens=record.server_prompt_tokens or record.input_tokens,
@@ -152,6 +156,7 @@ def request_metrics(record: RequestRecord) -> RequestMetrics:
         server_output_tokens=record.server_output_tokens,
         input_tokens=record.server_prompt_tokens or record.input_tokens,
         schedule_lag=lag,
+        cached_prompt_tokens=record.cached_prompt_tokens,
         token_source=source,
         start=record.scheduled,
         end=record.end,

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from .client import make_session, settle, stream_request
+from .fanout import Fleet, Share, deal, processes_for
 from .openai import chat_body, completions_body
 from .prompts import Prompt, PromptFactory
 from .rawhttp import RawSession
@@ -85,6 +86,9 @@ class RunSettings:
     seed: int = 0
     spin_s: float = SPIN_SECONDS
     transport: str = "raw"  # raw (rawhttp.py, the default: lower overhead) or aiohttp
+    # Open loop: the most processes a cell's sends are spread over (fanout.py); 1 sends from here.
+    max_processes: int = 1
+    uvloop: bool = False  # the sending children's event loop (the parent's is chosen by main)
 
     @property
     def path(self) -> str:
@@ -143,6 +147,20 @@ class Runner:
         self.settings = settings
         self.prompts = prompts
         self._rng = random.Random(settings.seed)
+        self._fleet: Fleet | None = None
+
+    def close(self) -> None:
+        """End the sending children, if any were started."""
+        if self._fleet is not None:
+            self._fleet.close()
+            self._fleet = None
+
+    def fleet(self, size: int) -> Fleet:
+        """Children for a fanned-out cell, started once and reused; grown when a cell needs more."""
+        if self._fleet is None or self._fleet.size < size:
+            self.close()
+            self._fleet = Fleet(self.settings, size, self.settings.uvloop)
+        return self._fleet
 
     async def requests(self, input_length: int, count: int) -> list[Request]:
         """Prompts are built before a cell starts: tokenizing is not part of any timing."""
@@ -193,6 +211,9 @@ class Runner:
         reqs = await self.requests(input_length, count)
         schedule = poisson_schedule(rate, count, self._rng)
         settings = self.settings
+        processes = processes_for(rate, settings.max_processes)
+        if processes > 1:
+            return await self._fanned_out(input_length, schedule, reqs, processes)
         records: list[RequestRecord] = []
         async with Sender(settings, 0) as sender:
             await self.warm_up(sender, input_length, settings.warmup_requests)
@@ -207,3 +228,24 @@ class Runner:
                     pending.append(sender.send_now(req.body, record))
                 await asyncio.gather(*pending)
         return [settle(r) for r in records]
+
+    async def _fanned_out(
+        self, input_length: int, schedule: Sequence[float], reqs: Sequence[Request], processes: int
+    ) -> list[RequestRecord]:
+        """The same schedule and requests, sent by `processes` children (fanout.py). Each child warms
+        its own connections first, with prompts of its own (a measured prompt sent early would be a
+        prefix-cache hit)."""
+        per_child = -(-self.settings.warmup_requests // processes)  # ceil; 0 stays 0
+        warmup = [r.body for r in await self.requests(input_length, per_child * processes)]
+        shares = [
+            Share(
+                offsets=list(offsets),
+                bodies=[r.body for r in part],
+                input_tokens=[r.input_tokens for r in part],
+                warmup_bodies=warm,
+            )
+            for offsets, part, warm in zip(
+                deal(schedule, processes), deal(reqs, processes), deal(warmup, processes), strict=True
+            )
+        ]
+        return await self.fleet(processes).open_loop(shares)

@@ -61,6 +61,15 @@ class CellKey:
     request_rate: float | None = None
 
 
+def delivered_fraction(times: Sequence[tuple[float, float]]) -> float | None:
+    """(scheduled, sent) pairs: the planned send span over the actual one; None under two sends."""
+    if len(times) < 2:
+        return None
+    planned = max(t[0] for t in times) - min(t[0] for t in times)
+    actual = max(t[1] for t in times) - min(t[1] for t in times)
+    return planned / actual if actual > 0 else None
+
+
 def window_seconds(metrics: Sequence[RequestMetrics]) -> float:
     if not metrics:
         return 0.0
@@ -76,6 +85,10 @@ def aggregate_cell(
     out_tokens = sum(m.output_tokens for m in ok)
     in_tokens = sum(m.input_tokens or 0 for m in ok)
     errors = Counter(m.error for m in metrics if not m.ok)
+    # A prompt served from the engine's prefix cache skips most of its prefill: its TTFT and E2E
+    # are another population, reported apart (prompts here are random, so a hit is the exception).
+    hits = [m for m in ok if m.cached_prompt_tokens]
+    fresh = [m for m in ok if not m.cached_prompt_tokens]
     cell: dict = {
         "inputLength": key.input_length,
         "outputLength": output_length,
@@ -86,10 +99,15 @@ def aggregate_cell(
         "errors": sum(errors.values()),
         "errorsByType": dict(sorted(errors.items())),
         "durationSeconds": window,
-        "ttftMs": summarize((m.ttft for m in ok if m.ttft is not None), 1000.0),
+        "ttftMs": summarize((m.ttft for m in fresh if m.ttft is not None), 1000.0),
         "tpotMs": summarize((m.tpot for m in ok if m.tpot is not None), 1000.0),
         "itlMs": summarize((x for m in ok for x in m.itl), 1000.0),
-        "e2eMs": summarize((m.e2e for m in ok if m.e2e is not None), 1000.0),
+        "e2eMs": summarize((m.e2e for m in fresh if m.e2e is not None), 1000.0),
+        "prefixCacheHits": {
+            "requests": len(hits),
+            "cachedPromptTokens": sum(m.cached_prompt_tokens or 0 for m in hits),
+            "ttftMs": summarize((m.ttft for m in hits if m.ttft is not None), 1000.0),
+        },
         "scheduleLagMs": summarize((m.schedule_lag for m in metrics), 1000.0),
         # 1/TPOT: the decode speed one user sees (the x axis of throughput-vs-interactivity plots).
         "userTokensPerSecond": summarize(1.0 / m.tpot for m in ok if m.tpot),
@@ -105,6 +123,13 @@ def aggregate_cell(
             # mean number in flight, which for closed loop should equal the concurrency.
             "offeredRequestsPerSecond": key.request_rate,
             "achievedRequestsPerSecond": rate(len(ok)),
+            # Open loop: the planned send span over the actual one (1.0: every request left on
+            # schedule; 0.99: the client ran 1 % slow, so the offered rate was not quite offered).
+            "deliveredFraction": (
+                delivered_fraction([(m.start, m.start + m.schedule_lag) for m in metrics if m.sent])
+                if key.request_rate is not None
+                else None
+            ),
             "meanInFlight": rate(sum((m.end - m.start) for m in metrics)),
             "inputTokensMean": (in_tokens / len(ok)) if ok else None,
             "outputTokens": {
