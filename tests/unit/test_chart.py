@@ -417,7 +417,8 @@ def test_deployment_runs_locked_down() -> None:
     env = {e["name"]: e for e in container["env"]}
     assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
     assert env["ACCELBENCH_PRICES_CONFIGMAP"]["value"] == "accelbench-prices"
-    assert (env["ACCELBENCH_API_QPS"]["value"], env["ACCELBENCH_API_BURST"]["value"]) == ("100", "200")
+    assert (env["ACCELBENCH_API_QPS"]["value"], env["ACCELBENCH_API_BURST"]["value"]) == ("300", "300")
+    assert env["ACCELBENCH_WORKERS"]["value"] == "64"
     assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}  # Lease identity
     assert "--leader-election=accelbench" in container["args"]  # on by default: a second operator waits
     assert "strategy" not in deployment["spec"]  # rolling: the new pod waits for the old one's Lease

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -43,6 +44,16 @@ class FakeKube:
             raise ApiException(status=409, reason="AlreadyExists")
         self.created.append(obj)
         return self.apply(obj)
+
+    def create_many(self, objs: list[dict[str, Any]]) -> list[Exception | None]:
+        errors: list[Exception | None] = []
+        for obj in objs:
+            try:
+                self.create(obj)
+                errors.append(None)
+            except Exception as exc:
+                errors.append(exc)
+        return errors
 
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         self.reads.append((kind, name))
@@ -391,6 +402,30 @@ def test_pods_refused_at_admission_become_a_condition(state: ControllerState) ->
     assert "exceeded quota: gpus" in status["message"]
     running = next(c for c in status["conditions"] if c["type"] == "Running")
     assert running["reason"] == "FailedCreate"
+
+
+def test_a_job_without_pods_is_asked_why_after_a_grace_and_then_at_most_every_interval(
+    state: ControllerState,
+) -> None:
+    """Each ask is a LIST of the namespace's Events: a fleet whose pods lag must not ask on every pass."""
+    reads: list[str] = []
+    state.kube.events_about = lambda ns, uid: reads.append(uid) or []  # type: ignore[method-assign]
+
+    def job(age_s: float) -> dict[str, Any]:
+        created = (NOW - timedelta(seconds=age_s)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return {"metadata": {"name": "gemma-lora-train", "uid": "j-1", "creationTimestamp": created}}
+
+    def pass_at(later_s: float, age_s: float) -> None:
+        snap = Snapshot(KEY, body_with(dict(PRICED)), [job(age_s)], [])
+        reconcile(snap, state, NOW + timedelta(seconds=later_s))
+
+    pass_at(0, 10)  # younger than the grace: not asked
+    assert reads == []
+    pass_at(0, 16)
+    pass_at(5, 16)  # asked 5 s ago: the answer stands
+    assert reads == ["j-1"]
+    pass_at(16, 16)
+    assert reads == ["j-1", "j-1"]
 
 
 def test_when_to_look_again() -> None:

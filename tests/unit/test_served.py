@@ -166,6 +166,9 @@ class Kube:
         self.created.append(obj)
         return obj
 
+    def create_many(self, objs: list[dict[str, Any]]) -> list[Exception | None]:
+        return [self.create(obj) and None for obj in objs]
+
     def patch_status(self, obj: Any, status: dict[str, Any], resource_version: str | None) -> dict[str, Any]:
         self.status_writes.append(copy.deepcopy(status))
         return {}

@@ -25,6 +25,22 @@ def test_a_burst_of_events_is_one_pass_and_an_event_during_a_pass_is_another() -
     assert asyncio.run(scenario()) == ["b", "a"]
 
 
+def test_a_run_to_apply_goes_ahead_of_the_queued_observations() -> None:
+    async def scenario() -> list[str]:
+        queue: WorkQueue[str] = WorkQueue()
+        for key in ("seen-1", "seen-2", "new-1", "seen-3"):
+            queue.add(key, first=key.startswith("new"))
+        queue.add("seen-2", first=True)  # its spec was edited while it waited: moved ahead
+        queue.add("new-1")  # a later plain event keeps it ahead
+        active = await queue.get()
+        assert active == "new-1"
+        queue.add("new-1", first=True)  # an edit during its pass: next pass ahead too
+        queue.done("new-1")
+        return [active] + [await queue.get() for _ in range(len(queue))]
+
+    assert asyncio.run(scenario()) == ["new-1", "seen-2", "new-1", "seen-1", "seen-3"]
+
+
 def test_only_the_earliest_wake_up_is_kept() -> None:
     async def scenario() -> tuple[float, int]:
         queue: WorkQueue[str] = WorkQueue()

@@ -107,7 +107,17 @@ class Controller:
 
     def wake(self, key: ResourceKey) -> None:
         self.ready.set()
-        self.queue.add(key)
+        self.queue.add(key, first=self._unapplied(key))
+
+    def _unapplied(self, key: ResourceKey) -> bool:
+        """A run whose spec generation is not applied yet: its pass goes ahead of the others."""
+        if self.indexes is None or key[0] == BenchCampaign.KIND:
+            return False
+        body = _first(self.indexes.resources[key[0]].get(key[1:]))
+        if body is None:
+            return False
+        observed = (body.get("status") or {}).get("observedGeneration")
+        return observed != (body.get("metadata") or {}).get("generation")
 
     def wake_servers_of(self, namespace: str, finetune_job: str) -> None:
         """The InferenceBenches serving what this FinetuneJob trains: its phase may start them."""

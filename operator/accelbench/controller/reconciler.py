@@ -39,6 +39,7 @@ from .manifest import manifest_of, spec_error_message
 from .observe import pods_refused
 from .progress import PROGRESS_ROLE, final_progress, same_progress
 from .reconcile import (
+    ASK_WHY_EVERY,
     client_to_resume,
     client_to_stop,
     job_vanished,
@@ -228,6 +229,21 @@ def _model_not_ready(w: Writes, resolution: Resolution, generation: int | None, 
     return Outcome("waiting-for-model")
 
 
+def _create_failed(
+    w: Writes, child: Mapping[str, Any], error: Exception | None, generation: int | None, now: datetime
+) -> Outcome | None:
+    """What a child's create error means: None when created or held by a name (409: read the
+    holder next), the pass's Outcome when refused; the apiserver away is retried later."""
+    if error is None or (isinstance(error, ApiException) and error.status == 409):
+        return None
+    if isinstance(error, ApiException):
+        return _apply_failed(w, child, error, generation, now)
+    if isinstance(error, (HTTPError, OSError)):
+        ref = f"{child['kind']}/{child['metadata']['name']}"
+        raise RetryLater(f"creating {ref} failed: {error}") from error
+    raise error
+
+
 def ensure_children(
     body: Mapping[str, Any],
     w: Writes,
@@ -265,19 +281,28 @@ def ensure_children(
     remaining = list(chosen)
     if not w.status.get("children"):
         remaining = []
-        for child in sorted(chosen, key=lambda c: c["kind"] == "Job"):
-            if remaining and child["kind"] == "Job":
+        others = [c for c in chosen if c["kind"] != "Job"]
+        jobs_last = [c for c in chosen if c["kind"] == "Job"]
+        for child, error in zip(others, state.kube.create_many(others), strict=True):
+            failed = _create_failed(w, child, error, generation, now)
+            if failed is not None:
+                return failed
+            if error is not None:
+                remaining.append(child)  # something holds the name: read it below
+        for child in jobs_last:
+            if remaining:
                 remaining.append(child)
                 continue
+            error = None
             try:
                 state.kube.create(child)
-            except ApiException as exc:
-                if exc.status != 409:
-                    return _apply_failed(w, child, exc, generation, now)
-                remaining.append(child)  # something holds the name: read it below
-            except (HTTPError, OSError) as exc:
-                ref = f"{child['kind']}/{child['metadata']['name']}"
-                raise RetryLater(f"creating {ref} failed: {exc}") from exc
+            except Exception as exc:
+                error = exc
+            failed = _create_failed(w, child, error, generation, now)
+            if failed is not None:
+                return failed
+            if error is not None:
+                remaining.append(child)
     for child in remaining:
         held = foreign_holder(_holder(state, child, owned_jobs), uid, kind, name)
         if held is not None:
@@ -322,11 +347,16 @@ def _refusals(
     namespace = snap.key[1]
     found: dict[str, str] = {}
     for job_name, job_uid in jobs_to_ask_why(status, snap.jobs, snap.pods, now):
-        try:
-            refused = pods_refused(state.kube.events_about(namespace, job_uid))
-        except (ApiException, HTTPError, OSError) as exc:
-            log.warning("reading the Events of Job %s/%s failed: %s", namespace, job_name, exc)
-            continue
+        asked = state.asked_why.get(job_uid)
+        if asked is not None and now - asked[0] < ASK_WHY_EVERY:
+            refused = asked[1]  # the last answer stands until it is asked again
+        else:
+            try:
+                refused = pods_refused(state.kube.events_about(namespace, job_uid))
+            except (ApiException, HTTPError, OSError) as exc:
+                log.warning("reading the Events of Job %s/%s failed: %s", namespace, job_name, exc)
+                continue
+            state.remember_asked_why(job_uid, now, refused)
         if refused is not None:
             found[job_name] = refused
     return found

@@ -7,6 +7,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from kubernetes.client.exceptions import ApiException
@@ -47,8 +48,8 @@ def operator_namespace() -> str:
 # The operator's client rate (client-go's controllers default to 20/30, Kueue ships 50/100, KubeRay
 # 100/200). A new run costs ~9 writes (benchmarks/scale: 7 POSTs, 2 status PATCHes): at 50/s, 100
 # new runs waited 13 s for their Jobs, all of it in this limit; 100/s halves that.
-DEFAULT_API_QPS = 100.0
-DEFAULT_API_BURST = 200
+DEFAULT_API_QPS = 300.0  # the chart's apiQPS/apiBurst defaults (values.yaml says why)
+DEFAULT_API_BURST = 300
 
 
 def api_limiter(env: dict[str, str] | None = None) -> TokenBucket:
@@ -74,6 +75,9 @@ def network_policies(env: dict[str, str] | None = None) -> NetworkPolicies | Non
     return NetworkPolicies(operator_namespace=own, metrics_namespaces=scrapers)
 
 
+ASKED_WHY_KEPT = 1024
+
+
 @dataclass
 class ControllerState:
     """Shared by every handler through kopf's memo (each object's memo is a shallow copy of this one)."""
@@ -85,8 +89,17 @@ class ControllerState:
     catalog_ttl_s: float = 60.0
     network: NetworkPolicies | None = None  # each run's NetworkPolicies (render/network.py)
     cluster: str | None = field(default_factory=lambda: os.environ.get(ENV_OPERATOR_CLUSTER_NAME) or None)
+    # Job uid -> (when its Events were last read, the refusal they said): see reconcile.ASK_WHY_EVERY.
+    asked_why: dict[str, tuple[datetime, str | None]] = field(default_factory=dict, repr=False)
     _catalog: Catalog | None = field(default=None, repr=False)
     _loaded_at: float = field(default=float("-inf"), repr=False)
+
+    def remember_asked_why(self, job_uid: str, now: datetime, refused: str | None) -> None:
+        self.asked_why[job_uid] = (now, refused)
+        if len(self.asked_why) > ASKED_WHY_KEPT:  # Jobs long gone or long started: forget them
+            old = now - timedelta(minutes=10)
+            for uid in [u for u, (when, _) in self.asked_why.items() if when < old]:
+                self.asked_why.pop(uid, None)
 
     def catalog(self) -> Catalog:
         """The catalog with ConfigMap price overrides, re-read at most once a minute."""

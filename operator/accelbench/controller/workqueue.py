@@ -6,6 +6,9 @@
 - `add_after` wakes a key later (a grace period, the next progress read); only the earliest
   wake-up per key is kept, so a resource never piles up timers.
 - `backoff` is the delay after a failed pass: 1 s doubling to 5 min, reset by `forget`.
+- A key added with `first=True` (a run whose spec is not applied yet) is handed out before every
+  other queued key: while a thousand runs start, creating the children of the ones still waiting
+  comes before recording the pod phases of the ones already going.
 
 Everything runs on one event loop thread, so no locks are needed.
 """
@@ -13,6 +16,7 @@ Everything runs on one event loop thread, so no locks are needed.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Hashable
 from typing import Generic, TypeVar
 
@@ -24,10 +28,13 @@ BACKOFF_MAX_S = 300.0
 
 class WorkQueue(Generic[K]):
     def __init__(self) -> None:
-        self._queue: asyncio.Queue[K] = asyncio.Queue()
+        self._first: deque[K] = deque()
+        self._rest: deque[K] = deque()
+        self._count = asyncio.Semaphore(0)  # one per queued key
         self._queued: set[K] = set()
         self._active: set[K] = set()
         self._again: set[K] = set()  # added while active: handle again when done
+        self._again_first: set[K] = set()  # ... and ahead of the rest
         self._wakeups: dict[K, tuple[float, asyncio.TimerHandle]] = {}
         self._failures: dict[K, int] = {}
 
@@ -39,12 +46,18 @@ class WorkQueue(Generic[K]):
         """Keys waiting on a timed wake-up (add_after)."""
         return len(self._wakeups)
 
-    def add(self, key: K) -> None:
+    def add(self, key: K, first: bool = False) -> None:
         if key in self._active:
             self._again.add(key)
+            if first:
+                self._again_first.add(key)
         elif key not in self._queued:
             self._queued.add(key)
-            self._queue.put_nowait(key)
+            (self._first if first else self._rest).append(key)
+            self._count.release()
+        elif first and key not in self._first:
+            self._rest.remove(key)  # rare (a spec edit of a queued run); O(queue) is fine
+            self._first.append(key)
 
     def add_after(self, key: K, delay_s: float) -> None:
         """Add `key` in `delay_s` seconds, unless an earlier wake-up is already set."""
@@ -65,7 +78,8 @@ class WorkQueue(Generic[K]):
         self.add(key)
 
     async def get(self) -> K:
-        key = await self._queue.get()
+        await self._count.acquire()
+        key = self._first.popleft() if self._first else self._rest.popleft()
         self._queued.discard(key)
         self._active.add(key)
         return key
@@ -74,7 +88,9 @@ class WorkQueue(Generic[K]):
         self._active.discard(key)
         if key in self._again:
             self._again.discard(key)
-            self.add(key)
+            first = key in self._again_first
+            self._again_first.discard(key)
+            self.add(key, first)
 
     def backoff(self, key: K) -> float:
         """The delay before retrying `key` after one more failure."""
