@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from accelbench.controller.workqueue import BACKOFF_MAX_S, WorkQueue
+from accelbench.controller.workqueue import BACKOFF_MAX_S, FIRST_SHARE, WorkQueue
 
 
 def test_a_burst_of_events_is_one_pass_and_an_event_during_a_pass_is_another() -> None:
@@ -39,6 +39,19 @@ def test_a_run_to_apply_goes_ahead_of_the_queued_observations() -> None:
         return [active] + [await queue.get() for _ in range(len(queue))]
 
     assert asyncio.run(scenario()) == ["new-1", "seen-2", "new-1", "seen-1", "seen-3"]
+
+
+def test_runs_to_apply_never_starve_the_observations_for_the_whole_backlog() -> None:
+    async def scenario() -> list[str]:
+        queue: WorkQueue[str] = WorkQueue()
+        queue.add("seen")
+        for i in range(10):
+            queue.add(f"new-{i}", first=True)
+        return [await queue.get() for _ in range(11)]
+
+    order = asyncio.run(scenario())
+    assert order.index("seen") == FIRST_SHARE  # after FIRST_SHARE runs to apply, one observation
+    assert [k for k in order if k != "seen"] == [f"new-{i}" for i in range(10)]
 
 
 def test_only_the_earliest_wake_up_is_kept() -> None:

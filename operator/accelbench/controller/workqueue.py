@@ -6,9 +6,10 @@
 - `add_after` wakes a key later (a grace period, the next progress read); only the earliest
   wake-up per key is kept, so a resource never piles up timers.
 - `backoff` is the delay after a failed pass: 1 s doubling to 5 min, reset by `forget`.
-- A key added with `first=True` (a run whose spec is not applied yet) is handed out before every
-  other queued key: while a thousand runs start, creating the children of the ones still waiting
-  comes before recording the pod phases of the ones already going.
+- A key added with `first=True` (a run whose spec is not applied yet) is handed out before the
+  other queued keys, FIRST_SHARE of every FIRST_SHARE + 1: while a thousand runs start, creating
+  the children of the ones still waiting comes before recording the pods of the ones already going,
+  yet those are never starved for the whole backlog (5,000 runs: minutes).
 
 Everything runs on one event loop thread, so no locks are needed.
 """
@@ -24,6 +25,7 @@ K = TypeVar("K", bound=Hashable)
 
 BACKOFF_BASE_S = 1.0
 BACKOFF_MAX_S = 300.0
+FIRST_SHARE = 4
 
 
 class WorkQueue(Generic[K]):
@@ -31,6 +33,7 @@ class WorkQueue(Generic[K]):
         self._first: deque[K] = deque()
         self._rest: deque[K] = deque()
         self._count = asyncio.Semaphore(0)  # one per queued key
+        self._firsts_in_a_row = 0
         self._queued: set[K] = set()
         self._active: set[K] = set()
         self._again: set[K] = set()  # added while active: handle again when done
@@ -79,7 +82,12 @@ class WorkQueue(Generic[K]):
 
     async def get(self) -> K:
         await self._count.acquire()
-        key = self._first.popleft() if self._first else self._rest.popleft()
+        if self._first and (self._firsts_in_a_row < FIRST_SHARE or not self._rest):
+            key = self._first.popleft()
+            self._firsts_in_a_row += 1
+        else:
+            key = self._rest.popleft()
+            self._firsts_in_a_row = 0
         self._queued.discard(key)
         self._active.add(key)
         return key
