@@ -15,7 +15,7 @@ from test_status import NOW, PRICED, body_with, recorded
 
 from accelbench.catalog import load_catalog
 from accelbench.controller.metrics import Metrics
-from accelbench.controller.reconciler import Snapshot, foreign_holder, next_pass, reconcile
+from accelbench.controller.reconciler import Snapshot, create_waves, foreign_holder, next_pass, reconcile
 from accelbench.controller.state import ControllerState
 
 
@@ -123,8 +123,8 @@ def test_a_new_generation_applies_owned_children_and_writes_plan_status(state: C
         ("ConfigMap", "gemma-lora-results"),
         ("ServiceAccount", "gemma-lora-train"),
         ("Role", "gemma-lora-train"),
-        ("RoleBinding", "gemma-lora-train"),
         ("Service", "gemma-lora-train"),
+        ("RoleBinding", "gemma-lora-train"),  # once its Role exists (the apiserver checks it)
         ("Job", "gemma-lora-train"),
     ]
     for obj in applied:  # owned by the resource, in its namespace, exactly once
@@ -426,6 +426,25 @@ def test_a_job_without_pods_is_asked_why_after_a_grace_and_then_at_most_every_in
     assert reads == ["j-1"]
     pass_at(16, 16)
     assert reads == ["j-1", "j-1"]
+
+
+def test_a_first_apply_creates_in_waves_the_rolebinding_after_its_role_and_the_job_last() -> None:
+    children = [
+        {"kind": k, "metadata": {"name": k.lower()}}
+        for k in ("ServiceAccount", "RoleBinding", "Role", "ConfigMap")
+    ]
+    waves = create_waves(children)
+    assert [[c["kind"] for c in wave] for wave in waves] == [
+        ["ServiceAccount", "Role", "ConfigMap"],
+        ["RoleBinding"],
+    ]
+    assert [[c["kind"] for c in w] for w in create_waves(children[:1])] == [["ServiceAccount"]]
+
+
+def test_a_new_run_posts_its_role_before_the_binding_to_it(state: ControllerState) -> None:
+    run(state, copy.deepcopy(MANIFEST))
+    kinds = [c["kind"] for c in state.kube.created]  # type: ignore[attr-defined]
+    assert kinds.index("Role") < kinds.index("RoleBinding") < kinds.index("Job") == len(kinds) - 1
 
 
 def test_when_to_look_again() -> None:

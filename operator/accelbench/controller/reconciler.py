@@ -229,6 +229,20 @@ def _model_not_ready(w: Writes, resolution: Resolution, generation: int | None, 
     return Outcome("waiting-for-model")
 
 
+# Kinds created only once the kinds they name exist: the apiserver checks a RoleBinding against
+# its Role (privilege escalation) and answers 404 while the Role is not there yet.
+CREATED_AFTER = {"RoleBinding": "Role"}
+
+
+def create_waves(children: Sequence[Mapping[str, Any]]) -> list[list[Mapping[str, Any]]]:
+    """The children split into groups POSTed one group after the other, each group at once: a
+    RoleBinding after its Role, everything else together."""
+    later = {c for c in CREATED_AFTER if CREATED_AFTER[c] in {x["kind"] for x in children}}
+    first = [c for c in children if c["kind"] not in later]
+    second = [c for c in children if c["kind"] in later]
+    return [wave for wave in (first, second) if wave]
+
+
 def _create_failed(
     w: Writes, child: Mapping[str, Any], error: Exception | None, generation: int | None, now: datetime
 ) -> Outcome | None:
@@ -281,15 +295,14 @@ def ensure_children(
     remaining = list(chosen)
     if not w.status.get("children"):
         remaining = []
-        others = [c for c in chosen if c["kind"] != "Job"]
-        jobs_last = [c for c in chosen if c["kind"] == "Job"]
-        for child, error in zip(others, state.kube.create_many(others), strict=True):
-            failed = _create_failed(w, child, error, generation, now)
-            if failed is not None:
-                return failed
-            if error is not None:
-                remaining.append(child)  # something holds the name: read it below
-        for child in jobs_last:
+        for wave in create_waves([c for c in chosen if c["kind"] != "Job"]):
+            for child, error in zip(wave, state.kube.create_many(wave), strict=True):
+                failed = _create_failed(w, child, error, generation, now)
+                if failed is not None:
+                    return failed
+                if error is not None:
+                    remaining.append(child)  # something holds the name: read it below
+        for child in [c for c in chosen if c["kind"] == "Job"]:
             if remaining:
                 remaining.append(child)
                 continue
