@@ -260,10 +260,9 @@ def test_running_status_costs_to_the_minute() -> None:
     now = job_time(case, "startTime", 3600 + 42)
     status = derive_status(PRICED, obs, generation=1, now=now)
     assert status["phase"] == "Running"
-    # start -> now with now's seconds dropped while running, x 8 chips x $4.20
-    billed = (now.replace(second=0, microsecond=0) - job_time(case, "startTime")).total_seconds() / 3600
+    # whole minutes since the start while running (42 s dropped), x 8 chips x $4.20
+    billed = 3600 / 3600
     assert status["cost"]["dollars"] == pytest.approx(8 * 4.20 * billed, abs=1e-4)
-    assert 3600 + 42 - 60 < billed * 3600 <= 3600 + 42  # dropped: under a minute
     types = [c["type"] for c in status["conditions"]]
     assert types == ["Applied", "Scheduled", "Running"]
     assert status["conditions"][0]["lastTransitionTime"] == "2026-05-04T09:59:59Z"
@@ -280,9 +279,7 @@ def test_unchanged_world_gives_an_empty_patch() -> None:
 def test_a_wider_billing_step_moves_a_running_cost_less_often_never_a_final_one() -> None:
     """Issue 17: a fleet of 1,000 Running runs billed by the minute wrote ~17 statuses a second."""
     obs = observed("finetune_running")
-    tick = datetime.fromtimestamp(
-        (job_time(recorded("finetune_running"), "startTime", 3600)).timestamp() // 600 * 600, UTC
-    )
+    tick = job_time(recorded("finetune_running"), "startTime", 3600)  # a step boundary: 6 x 600 s
     first = derive_status(PRICED, obs, generation=1, now=tick, billing_step_s=600)
     current = {**PRICED, **first}
     for minutes in (1, 5, 9):
@@ -299,6 +296,16 @@ def test_a_wider_billing_step_moves_a_running_cost_less_often_never_a_final_one(
     assert billing_clock(at, terminal=False, step_s=1) == datetime(
         2026, 5, 4, 12, 17, tzinfo=UTC
     )  # a minute at least
+    # Steps count from the run's start: a run that started at 12:16:58 is not billed at 12:17:00
+    # (an extra write two seconds in) but at 12:17:58, a full minute later.
+    started = "2026-05-04T12:16:58Z"
+    assert billing_clock(at, terminal=False, start=started) == datetime(2026, 5, 4, 12, 16, 58, tzinfo=UTC)
+    assert billing_clock(at + timedelta(seconds=27), terminal=False, start=started) == datetime(
+        2026, 5, 4, 12, 17, 58, tzinfo=UTC
+    )
+    assert billing_clock(at, terminal=False, start="2026-05-04T13:00:00Z") == datetime(
+        2026, 5, 4, 12, 17, tzinfo=UTC
+    )  # a start after now (clock skew) falls back to the wall clock
     assert billing_clock(at, terminal=True, step_s=600) == at
 
 
@@ -961,3 +968,19 @@ def test_a_status_computed_whole_deletes_the_map_keys_it_no_longer_has() -> None
     }
     assert status_patch(current, desired) == desired  # a run's status: maps merged as before
     assert status_patch(current, {"waiting": {}}, whole_maps=True) == {"waiting": {"a": None, "b": None}}
+
+
+def test_a_young_job_without_pods_leaves_the_applied_status_until_its_pods_come() -> None:
+    """Issue 17: one write a run less. Until the Job is POD_CREATE_GRACE old, a Pending run whose Job
+    has no pods yet keeps what the apply wrote; a suspended Job, an old one, or any pod moves it on."""
+    case = recorded("finetune_running")
+    job = copy.deepcopy(case["job"])
+    created = datetime.fromisoformat(job["metadata"]["creationTimestamp"].replace("Z", "+00:00"))
+    young, old = created + timedelta(seconds=3), created + timedelta(seconds=20)
+    assert observe_resource(body_with(dict(PRICED)), [job], [], young) is None
+    assert observe_resource(body_with(dict(PRICED)), [job], [], old) is not None  # past the grace
+    assert observe_resource(body_with(dict(PRICED)), [job], case["pods"], young) is not None
+    suspended = {**job, "spec": {**job["spec"], "suspend": True}}
+    assert observe_resource(body_with(dict(PRICED)), [suspended], [], young) is not None
+    scheduling = {**PRICED, "phase": "Scheduling"}  # observed before: a lost pod is reported
+    assert observe_resource(body_with(scheduling), [job], [], young) is not None

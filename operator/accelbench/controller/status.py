@@ -203,14 +203,20 @@ def apply_worker_error(obs: Observation, error: str | None) -> Observation:
 BILLING_STEP_S = 60.0  # a running cost moves by whole minutes at the least
 
 
-def billing_clock(now: datetime, terminal: bool, step_s: float = BILLING_STEP_S) -> datetime:
-    """The instant a running cost is billed to: `now` floored to a multiple of `step_s` (a running
-    cost that moved on every pass would rewrite the status on every pass; the loop widens the step
-    for a large fleet). A final cost is exact."""
+def billing_clock(
+    now: datetime, terminal: bool, step_s: float = BILLING_STEP_S, start: str | None = None
+) -> datetime:
+    """The instant a running cost is billed to: whole steps of `step_s` since the run's `start`
+    (a running cost that moved on every pass would rewrite the status on every pass; the loop widens
+    the step for a large fleet). Counted from the start rather than the wall clock, so a run's first
+    cost write comes a full step after it started, not at whichever minute boundary follows, and a
+    fleet's writes spread over the step instead of landing on the same second. A final cost is exact."""
     if terminal:
         return now
     step = max(step_s, BILLING_STEP_S)
-    return datetime.fromtimestamp(now.timestamp() // step * step, UTC)
+    began = parse_time(start)
+    origin = began.timestamp() if began is not None and began <= now else 0.0
+    return datetime.fromtimestamp(origin + (now.timestamp() - origin) // step * step, UTC)
 
 
 def derive_status(
@@ -255,7 +261,7 @@ def derive_status(
             price_source=price.price_source,
             start=obs.start_time,
             end=obs.completion_time if obs.terminal else None,
-            now=billing_clock(now, obs.terminal, billing_step_s),
+            now=billing_clock(now, obs.terminal, billing_step_s, obs.start_time),
             earlier_hours=earlier_segments_hours(current, obs.start_time, segment_closed),
             shown_hours=float((current.get("cost") or {}).get("hours") or 0.0),
             shown_dollars=float((current.get("cost") or {}).get("dollars") or 0.0),
