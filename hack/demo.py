@@ -71,7 +71,8 @@ def ensure_cluster() -> None:
     api = cluster.api_client()
     nodes = localcluster.create_node_pools(api)
     localcluster.wait_nodes_ready(api, nodes)
-    print(f"  {len(nodes)} nodes: TPU v5p/v6e, H100, H200, Gaudi3 and CPU pools (kwok) + local-exec-0")
+    pools = "TPU v5p/v6e, H100, H200, A100, V100, Gaudi 2/3 and CPU pools"
+    print(f"  {len(nodes)} nodes: {pools} (kwok) + local-exec-0")
 
 
 def ensure_model() -> None:

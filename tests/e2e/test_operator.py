@@ -175,25 +175,58 @@ def test_multi_host_tpu_job_gets_indexed_job_headless_service_and_tpu_nodes(env:
     delete(env, "tpu-multi")
 
 
+V100_FP16 = {
+    "training": {"seqLength": 1024, "precision": "fp16"},
+    "image": "registry.local/worker-torch-cu126:1",
+}
+
+
 @pytest.mark.parametrize(
-    ("accelerator", "label", "value"),
+    ("accelerator", "extra", "label", "value"),
     [
-        ({"type": "h100", "count": 2}, "cloud.google.com/gke-accelerator", "nvidia-h100-80gb"),
-        ({"type": "h200", "count": 1}, "cloud.google.com/gke-accelerator", "nvidia-h200-141gb"),
-        ({"type": "gaudi3", "count": 1}, "habana.ai/device.name", "gaudi3"),
+        ({"type": "h100", "count": 2}, {}, "cloud.google.com/gke-accelerator", "nvidia-h100-80gb"),
+        ({"type": "h200", "count": 1}, {}, "cloud.google.com/gke-accelerator", "nvidia-h200-141gb"),
+        ({"type": "a100", "count": 1}, {}, "cloud.google.com/gke-accelerator", "nvidia-tesla-a100"),
+        # V100: fp16 (no bf16), and an image of the user's (no CUDA 13 torch runs on sm_70).
+        ({"type": "v100"}, V100_FP16, "cloud.google.com/gke-accelerator", "nvidia-tesla-v100"),
+        ({"type": "gaudi2", "count": 1}, {}, "habana.ai/device.name", "gaudi2"),
+        ({"type": "gaudi3", "count": 1}, {}, "habana.ai/device.name", "gaudi3"),
     ],
 )
 def test_gpu_and_gaudi_jobs_land_on_their_pool(
-    env: Env, accelerator: dict[str, Any], label: str, value: str
+    env: Env, accelerator: dict[str, Any], extra: dict[str, Any], label: str, value: str
 ) -> None:
     name = f"pool-{accelerator['type']}"
-    env.apply(finetune(name, accelerator))
+    body = finetune(name, accelerator)
+    for key, part in extra.items():
+        body["spec"][key] = body["spec"][key] | part if isinstance(part, dict) else part
+    env.apply(body)
     pod = wait_for(
         lambda: next((p for p in pods_of(env, name) if p.spec.node_name), None),
         what=f"bound pod (status: {env.get(FT, name).get('status', {}).get('message')})",
     )
     assert node_labels(env, pod.spec.node_name)[label] == value
+    cost = env.get(FT, name)["status"]["cost"]
+    if accelerator["type"] in ("gaudi3", "a100", "v100"):
+        # Unpriced in the catalog: chip-hours count, $ is absent (unavailable), never $0.
+        assert "dollars" not in cost and "dollarsPerChipHour" not in cost and cost["chips"] >= 1, cost
+        assert "Unpriced" in cost["priceSource"], cost
+    else:
+        assert cost["dollarsPerChipHour"] > 0, cost
     delete(env, name)
+
+
+def test_a_v100_run_without_fp16_says_it_has_no_bf16(env: Env) -> None:
+    env.apply(finetune("v100-bf16", {"type": "v100"}, training={"seqLength": 1024, "maxSteps": 10}))
+    obj = wait_for(
+        lambda: (o := env.get(FT, "v100-bf16")).get("status", {}).get("phase") == "Failed" and o,
+        timeout=60,
+        what="the bf16 V100 run refused",
+    )
+    message = obj["status"]["message"]
+    assert "no bf16 matrix units" in message and "fp16" in message, message
+    assert not env.batch.list_namespaced_job("default", label_selector="accelbench.io/name=v100-bf16").items
+    delete(env, "v100-bf16")
 
 
 def test_job_no_pool_can_hold_is_unschedulable_with_the_schedulers_reason(env: Env) -> None:

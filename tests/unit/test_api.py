@@ -106,7 +106,7 @@ def test_lora_alpha_defaults_to_twice_rank() -> None:
         ("spec.training.epochs", 1, "set epochs or maxSteps, not both"),
         ("spec.accelerator", {"type": "tpu-v5p", "count": 4}, "TPU slices are sized by topology, not count"),
         ("spec.accelerator", {"type": "h100", "topology": "2x2"}, "topology applies only to TPU types"),
-        ("spec.accelerator", {"type": "a100"}, "spec.accelerator.type: Input should be"),
+        ("spec.accelerator", {"type": "b200"}, "spec.accelerator.type: Input should be"),
         ("spec.accelerator", {"type": "h100", "capacity": "reservation"}, "needs reservationName"),
         ("spec.model.size", "big", "spec.model.size: String should match pattern"),
         ("spec.trainng", {}, "spec.trainng: unknown field"),

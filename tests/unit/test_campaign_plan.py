@@ -31,13 +31,19 @@ def campaign(example: str, **spec: Any) -> BenchCampaign:
     return BenchCampaign.model_validate(body)
 
 
-def finished(manifest: dict[str, Any], phase: str = "Succeeded", dollars: float = 1.0) -> dict[str, Any]:
-    """The run as the index holds it once it ended (its status as the operator wrote it)."""
+def finished(
+    manifest: dict[str, Any], phase: str = "Succeeded", dollars: float | None = 1.0
+) -> dict[str, Any]:
+    """The run as the index holds it once it ended (its status as the operator wrote it); dollars
+    None: an unpriced run (its cost has hours, no dollars)."""
     run = copy.deepcopy(manifest)
+    cost: dict[str, Any] = {"chips": 1, "hours": 0.01}
+    if dollars is not None:
+        cost |= {"dollars": dollars, "dollarsPerChipHour": 0.0}
     run["status"] = {
         "phase": phase,
         "accelerator": "cpu",
-        "cost": {"dollars": dollars, "chips": 1, "hours": 0.01, "dollarsPerChipHour": 0.0},
+        "cost": cost,
         "results": {
             "tokensPerSecond": 100.0 + len(manifest["metadata"]["name"]),
             "tokensPerSecondPerChip": 100.0,
@@ -107,7 +113,12 @@ def test_every_cell_done_is_finished_with_the_front_and_the_winners() -> None:
         "waiting": 0,
         "dollars": 2.1,
         "chipHours": 0.06,
+        "unpricedCells": 0,
     }
+    # An unpriced run counts its chip-hours and is named in the totals, never added as $0.
+    runs[0] = finished(trained[0], dollars=None)
+    totals = plan_campaign(demo, runs, CATALOG, NOW).status["totals"]
+    assert (totals["dollars"], totals["chipHours"], totals["unpricedCells"]) == (2.0, 0.06, 1)
     assert last.status["paretoFront"] and set(last.status["winners"]) >= {
         "tokensPerSecondPerChip",
         "trainingCost",

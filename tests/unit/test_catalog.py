@@ -31,7 +31,12 @@ def test_catalog_has_every_api_accelerator_type() -> None:
 
 def test_every_accelerator_has_a_price_with_source_and_date() -> None:
     for spec in load_catalog().accelerators.values():
-        assert spec.price.on_demand >= 0
+        # A figure, or None where none could be cited (then the source says "unpriced"): never a
+        # $0 stand-in for an unknown price, which would make every cost ratio against it meaningless.
+        if spec.price.on_demand is None:
+            assert "unpriced" in spec.price.source.lower(), spec.name
+        else:
+            assert spec.price.on_demand > 0 or spec.resource_name is None, spec.name
         assert spec.price.source.strip(), spec.name
         assert DATE.match(spec.price.date), spec.name
 
@@ -81,10 +86,18 @@ def test_peak_flops_and_memory_match_anchors() -> None:
         "h200": (989, 141),
         "gaudi2": (432, 96),
         "gaudi3": (1835, 128),
+        "a100": (312, 40),
+        "a100-80gb": (312, 80),
     }
     for name, (tflops, hbm) in expected.items():
         spec = catalog.get(name)
-        assert (spec.peak_bf16_tflops, spec.hbm_gb) == (tflops, hbm), name
+        assert (spec.peak_tflops["bf16"], spec.hbm_gb) == (tflops, hbm), name
+    # Volta: fp16 tensor cores, no bf16; fp32 runs are measured against the 16-bit peak.
+    v100 = catalog.get("v100")
+    assert v100.peak_tflops == {"fp16": 125} and v100.hbm_gb == 16
+    assert not v100.supports("bf16") and v100.supports("fp16") and v100.supports("fp32")
+    assert v100.peak_for("fp32") == 125 and v100.serving_peak_tflops == 125
+    assert not catalog.get("tpu-v5p").supports("fp16") and catalog.get("h100").peak_for("fp16") == 989
 
 
 def test_pod_spec_facts() -> None:
@@ -93,6 +106,12 @@ def test_pod_spec_facts() -> None:
     assert catalog.get("h100-mega").node_labels["cloud.google.com/gke-accelerator"] == "nvidia-h100-mega-80gb"
     assert catalog.get("h200").node_labels["cloud.google.com/gke-accelerator"] == "nvidia-h200-141gb"
     assert catalog.get("h200").resource_name == "nvidia.com/gpu"
+    gke = {
+        name: catalog.get(name).node_labels["cloud.google.com/gke-accelerator"]
+        for name in ("a100", "a100-80gb", "v100")
+    }
+    assert gke == {"a100": "nvidia-tesla-a100", "a100-80gb": "nvidia-a100-80gb", "v100": "nvidia-tesla-v100"}
+    assert catalog.get("v100").images.pytorch is None  # no CUDA 13 torch runs on sm_70: spec.image names one
     assert catalog.get("gaudi3").resource_name == "habana.ai/gaudi"
     assert catalog.get("gaudi3").tolerations[0].key == "habana.ai/gaudi"
     assert catalog.get("cpu").resource_name is None
@@ -282,7 +301,7 @@ def test_image_override_for_an_unknown_accelerator_is_refused() -> None:
     from accelbench.catalog import CatalogError, load_catalog
 
     with pytest.raises(CatalogError, match="unknown accelerator"):
-        load_catalog(image_overrides={"a100": {"pytorch": "x"}})
+        load_catalog(image_overrides={"b200": {"pytorch": "x"}})
 
 
 @pytest.mark.parametrize("size", ["1" * 400 + "b", "2000000b", "0b", "infb", "nanb"])

@@ -129,3 +129,23 @@ def test_each_input_lengths_capacity_is_priced_at_its_own_throughput() -> None:
         None,  # no level met the SLO: no price, never $0
     ]
     assert [p.capacity_concurrency for p in priced] == [32, 8, None]
+
+
+def test_an_unpriced_accelerator_counts_hours_but_never_shows_dollars() -> None:
+    """No price known (Gaudi 3 in the catalog): the hours are real, the dollars are unavailable, not $0,
+    and nothing priced per token is made up from them."""
+    cost = compute_cost(
+        chips=8,
+        dollars_per_chip_hour=None,
+        price_source="catalog gaudi3 on-demand, Unpriced",
+        start="2026-05-04T10:00:00Z",
+        end="2026-05-04T11:00:00Z",
+        now=NOW,
+    )
+    assert cost is not None and cost.hours == pytest.approx(1.0) and cost.dollars is None
+    wire = cost.to_wire()
+    assert "dollars" not in wire and "dollarsPerChipHour" not in wire and wire["chips"] == 8
+    assert dollars_per_million_tokens(None, 1000.0) is None
+    filled = with_serving_cost(_bench(), None)
+    assert filled.dollars_per_million_tokens_at_capacity is None
+    assert filled.dollars_per_million_tokens_at_peak is None

@@ -362,6 +362,62 @@ def test_custom_pricing() -> None:
     assert plan.dollars_per_hour == pytest.approx(8.4)
 
 
+def test_an_unpriced_accelerator_plans_with_no_price_and_says_so() -> None:
+    """Gaudi 3 has no citable public price: the plan carries None (cost unavailable), never $0, and a
+    custom price makes it priced."""
+    spec = finetune(accelerator={"type": "gaudi3"}, method=LORA_64, training=STUDY_TRAINING)
+    plan = plan_finetune(spec, CATALOG)
+    assert plan.dollars_per_chip_hour is None and plan.dollars_per_hour is None
+    assert any("cost shows as unavailable" in note for note in plan.notes)
+    assert "dollarsPerChipHour" not in plan.worker_plan().to_wire()
+    priced = finetune(
+        accelerator={"type": "gaudi3"},
+        method=LORA_64,
+        training=STUDY_TRAINING,
+        pricing={"source": "custom", "dollarsPerChipHour": 4.0},
+    )
+    assert plan_finetune(priced, CATALOG).dollars_per_chip_hour == 4.0
+
+
+def test_v100_refuses_bf16_with_the_precisions_it_has_and_plans_fp16_against_its_fp16_peak() -> None:
+    llama_8b = {"uri": "pvc://models/llama-3.1-8b", "family": "llama", "size": "8b"}
+    spec = finetune(model=llama_8b, accelerator={"type": "v100"}, method=LORA_64)
+    refused = r"no bf16 matrix units: set training\.precision to one of fp16, fp32"
+    with pytest.raises(PlanError, match=refused):
+        plan_finetune(spec, CATALOG)
+    spec = finetune(
+        model=llama_8b,
+        accelerator={"type": "v100"},
+        method=LORA_64,
+        training={"precision": "fp16", "seqLength": 1024, "gradientCheckpointing": True},
+    )
+    plan = plan_finetune(spec, CATALOG)
+    # 8.03e9 x 2 B frozen fp16 base = 16.1 GB alone passes one V100's 14.4 usable GB: sharded.
+    assert (plan.chips, plan.fsdp, plan.peak_tflops_per_chip) == (2, 2, 125)
+    assert plan.dollars_per_chip_hour is None  # unpriced in the catalog: cost unavailable, not $0
+
+
+def test_fp16_full_finetune_keeps_fp32_weights_and_jax_refuses_fp16() -> None:
+    # Mixed precision: fp32 weights and gradients (4 + 4 B) and AdamW's moments (8 B): 16 B/param.
+    spec = finetune(
+        model=GEMMA3_1B,
+        accelerator={"type": "a100-80gb"},
+        method={"type": "full"},
+        training={"precision": "fp16"},
+    )
+    plan = plan_finetune(spec, CATALOG)
+    n = 999_885_952
+    assert plan.memory.weights == 4 * n and plan.memory.gradients == 4 * n and plan.memory.optimizer == 8 * n
+    assert plan.peak_tflops_per_chip == 312
+    jax = finetune(
+        model=GEMMA3_1B, accelerator={"type": "a100"}, framework="jax", training={"precision": "fp16"}
+    )
+    with pytest.raises(PlanError, match="fp16 needs loss scaling"):
+        plan_finetune(jax, CATALOG)
+    with pytest.raises(PlanError, match="Gaudi 3 has no fp16"):
+        plan_finetune(finetune(accelerator={"type": "gaudi3"}, training={"precision": "fp16"}), CATALOG)
+
+
 # ---------------------------------------------------------------- serving
 
 

@@ -268,6 +268,27 @@ def test_running_status_costs_to_the_minute() -> None:
     assert status["conditions"][0]["lastTransitionTime"] == "2026-05-04T09:59:59Z"
 
 
+def test_an_unpriced_run_bills_hours_and_shows_no_dollars() -> None:
+    """Gaudi 3 without a price: applied with no $ rate, and a finished run shows its chip-hours with
+    the dollars absent (unavailable), never $0."""
+    applied = applied_status(
+        {},
+        plan_status={"chips": 8},
+        accelerator="gaudi3 x8",
+        children=Children(job="g3-train"),
+        price=Price(8, None, "catalog gaudi3 on-demand, Unpriced"),
+        generation=1,
+        now=NOW,
+    )
+    assert applied["cost"]["chips"] == 8 and "dollars" not in applied["cost"]
+    assert "dollarsPerChipHour" not in applied["cost"]
+    case = recorded("finetune_complete")
+    current = {**PRICED, **applied, "children": PRICED["children"]}
+    status = derive_status(current, observe(case["job"], case["pods"]), generation=1, now=NOW)
+    assert status["phase"] == "Succeeded"
+    assert status["cost"]["hours"] > 0 and "dollars" not in status["cost"]
+
+
 def test_unchanged_world_gives_an_empty_patch() -> None:
     obs = observed("finetune_running")
     first = derive_status(PRICED, obs, generation=1, now=NOW)

@@ -47,6 +47,19 @@ def test_loss_goes_down(manifest_for, family: str, method: dict, lr: float) -> N
     assert ft.eval_loss is not None and ft.perplexity == pytest.approx(math.exp(ft.eval_loss))
 
 
+@pytest.mark.parametrize("method", [{"type": "lora", "rank": 8}, {"type": "full"}])
+def test_fp16_mixed_precision_learns_and_starts_where_fp32_does(manifest_for, method: dict) -> None:
+    """fp16 (the V100 path): fp16 math under autocast with a gradient scaler; its first-step loss is
+    the fp32 run's to fp16 rounding, and it learns."""
+    training = {"maxSteps": 6, "learningRate": 1e-2 if method["type"] == "lora" else 3e-3}
+    fp32, code32 = _run(manifest_for("llama", method=method, training={**training, "precision": "fp32"}))
+    fp16, code16 = _run(manifest_for("llama", method=method, training={**training, "precision": "fp16"}))
+    assert code32 == 0 and code16 == 0, (fp32.error, fp16.error)
+    assert fp16.finetune.first_loss == pytest.approx(fp32.finetune.first_loss, rel=1e-2)
+    assert fp16.finetune.first_loss != fp32.finetune.first_loss  # the math did run in fp16
+    assert fp16.finetune.final_loss < fp16.finetune.first_loss - 0.05, fp16.finetune.loss_history
+
+
 @pytest.mark.parametrize("family", ["llama", "gemma3"])
 def test_packed_rows_give_the_same_loss_as_unpacked(tiny_models, chat_dataset: Path, family: str) -> None:
     """The block-diagonal mask keeps packed examples apart (sliding-window layers included)."""

@@ -234,8 +234,14 @@ class Totals(ApiModel):
     skipped: int = Field(default=0, ge=0, description="Serving cells whose model's training failed.")
     running: int = Field(default=0, ge=0)
     waiting: int = Field(default=0, ge=0)
-    dollars: float = Field(default=0.0, ge=0)
+    dollars: float = Field(default=0.0, ge=0, description="Priced cells only: see unpricedCells.")
     chip_hours: float = Field(default=0.0, ge=0)
+    unpriced_cells: int = Field(
+        default=0,
+        ge=0,
+        description="Cells that held chips with no price known: their chip-hours count, their $ are "
+        "unavailable and left out of dollars (never counted as $0 spent).",
+    )
 
 
 class BenchCampaignStatus(ApiModel):

@@ -130,7 +130,11 @@ class LossOn(StrEnum):
 
 
 class Precision(StrEnum):
+    """bf16: weights and math in bf16. fp16: mixed precision with a gradient scaler (the V100 path:
+    fp16 math, fp32 trainable weights, a LoRA base frozen in fp16). fp32: no 16-bit math."""
+
     BF16 = "bf16"
+    FP16 = "fp16"
     FP32 = "fp32"
 
 

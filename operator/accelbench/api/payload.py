@@ -33,7 +33,7 @@ class WorkerPlan(ApiModel):
     tp: int = Field(default=1, ge=1)
     micro_batch_size: int | None = Field(default=None, ge=1, description="Sequences per chip per pass.")
     peak_tflops_per_chip: float = Field(gt=0, description="Dense bf16 peak of one chip (MFU divides by it).")
-    dollars_per_chip_hour: float = Field(ge=0)
+    dollars_per_chip_hour: float | None = Field(default=None, ge=0, description="None: no price known.")
     price_source: str
 
 

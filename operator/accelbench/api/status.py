@@ -141,13 +141,17 @@ class Progress(ApiModel):
 
 
 class Cost(ApiModel):
-    dollars: float
+    dollars: float | None = Field(
+        default=None, description="Absent when no price is known (see priceSource): never a $0 guess."
+    )
     chips: int
     hours: float = Field(description="Chip-holding hours over every segment of the run.")
     earlier_hours: float = Field(
         default=0.0, description="Hours of segments that ended before the current one (suspend, preemption)."
     )
-    dollars_per_chip_hour: float
+    dollars_per_chip_hour: float | None = Field(
+        default=None, description="Absent when no price is known for the accelerator."
+    )
     price_source: str = Field(description="Where the price came from: catalog entry and date, or custom.")
 
 

@@ -282,9 +282,7 @@ def plan_campaign(
             rows.append(_row(cell, name, "Invalid", "InvalidCell", model_from))
             continue
         rows.append(_row(cell, name, "Waiting", None, model_from))
-        if budget.max_usd is not None and is_unpriced(
-            catalog.get(plan.accelerator), plan.dollars_per_chip_hour
-        ):
+        if budget.max_usd is not None and is_unpriced(plan.dollars_per_chip_hour):
             unadmitted[name] = (
                 f"no price for {plan.accelerator}: maxUSD cannot admit it (set one in the prices ConfigMap "
                 "or pricing.source custom; a maxChipHours-only budget can)"
@@ -296,7 +294,8 @@ def plan_campaign(
             continue
         hours, headroom = (projection.hours, projection.headroom) if projection else (0.0, 0.0)
         candidates.append(
-            Candidate(name, plan.accelerator, plan.chips, plan.dollars_per_hour, hours, headroom)
+            # An unpriced cell gets here only without maxUSD (refused above), where $ bound nothing.
+            Candidate(name, plan.accelerator, plan.chips, plan.dollars_per_hour or 0.0, hours, headroom)
         )
         manifests[name] = manifest
     in_matrix = {row.name for row in rows}
@@ -384,6 +383,7 @@ def campaign_status(
         waiting=sum(r.phase in ("Waiting", "Creating") for r in counted),
         dollars=round(sum(r.cost_dollars or 0.0 for r in rows), 4),
         chip_hours=round(sum(r.chip_hours or 0.0 for r in rows), 4),
+        unpriced_cells=sum(r.cost_dollars is None and bool(r.chip_hours) for r in rows),
     )
     spec_baseline = campaign.spec.baseline
     concluded = conclude(

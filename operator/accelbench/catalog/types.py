@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+# The 16-bit precisions a chip may have matrix units for (catalog peak_tflops keys).
+MATRIX_PRECISIONS = ("bf16", "fp16")
 
 
 class CatalogModel(BaseModel):
@@ -14,7 +17,11 @@ class CatalogError(ValueError):
 
 
 class Price(CatalogModel):
-    on_demand: float = Field(ge=0, description="$ per chip-hour")
+    on_demand: float | None = Field(
+        ge=0,
+        description="$ per chip-hour; null when no public figure could be cited (cost is then shown "
+        "as unavailable, never as $0, until the prices ConfigMap sets one).",
+    )
     spot: float | None = Field(default=None, ge=0)
     source: str = Field(description="Where the figure comes from (page and region).")
     date: str = Field(description="When it was read, YYYY-MM-DD.")
@@ -57,7 +64,9 @@ class AcceleratorSpec(CatalogModel):
     topologies: list[TpuTopology] = Field(default_factory=list)  # TPU only
     hbm_gb: float
     hbm_tb_per_s: float
-    peak_bf16_tflops: float  # dense, per chip
+    # Dense matrix peak per chip for each 16-bit precision the chip has matrix units for (bf16,
+    # fp16): a precision missing here is refused by the planner (V100 has no bf16).
+    peak_tflops: dict[str, float] = Field(min_length=1)
     host_cpu: int  # CPUs per host usable by the worker
     host_memory_gb: float
     default_framework: str  # jax or pytorch
@@ -68,6 +77,30 @@ class AcceleratorSpec(CatalogModel):
     runtime_overhead_gb: float = Field(default=2.0, ge=0)
     machine_type: str | None = None  # the node shape these figures describe, e.g. a3-highgpu-8g
     notes: list[str] = Field(default_factory=list)  # caveats a user should read with the figures
+
+    @field_validator("peak_tflops")
+    @classmethod
+    def _known_precisions(cls, value: dict[str, float]) -> dict[str, float]:
+        unknown = set(value) - set(MATRIX_PRECISIONS)
+        if unknown or any(v <= 0 for v in value.values()):
+            raise ValueError(f"peak_tflops takes positive figures for {MATRIX_PRECISIONS}, got {value}")
+        return value
+
+    def supports(self, precision: str) -> bool:
+        """fp32 runs everywhere; a 16-bit precision needs matrix units for it."""
+        return precision == "fp32" or precision in self.peak_tflops
+
+    def peak_for(self, precision: str) -> float:
+        """What MFU divides by: the precision's matrix peak; fp32 runs are measured against the
+        chip's 16-bit peak (bf16 where it has one), the figure a user compares chips by."""
+        if precision in self.peak_tflops:
+            return self.peak_tflops[precision]
+        return self.peak_tflops.get("bf16") or self.peak_tflops["fp16"]
+
+    @property
+    def serving_peak_tflops(self) -> float:
+        """Engines serve in bf16 where the chip has it and in fp16 otherwise (vLLM casts on V100)."""
+        return self.peak_for("bf16") if "bf16" in self.peak_tflops else self.peak_for("fp16")
 
     @property
     def is_tpu(self) -> bool:

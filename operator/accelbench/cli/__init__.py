@@ -93,7 +93,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             plan.topology or "-",
             f"{plan.fsdp}×{plan.tp}",
             f"{mem:.1f} / {plan.hbm_per_chip_gb:g}",
-            f"{plan.dollars_per_hour:.2f}",
+            f"{plan.dollars_per_hour:.2f}" if plan.dollars_per_hour is not None else "unpriced",
             _price_label(plan.price_source),
         )
         sources[_price_label(plan.price_source)] = plan.price_source

@@ -47,19 +47,20 @@ TERMINAL = frozenset({Phase.SUCCEEDED.value, Phase.FAILED.value})
 @dataclass(frozen=True)
 class Price:
     chips: int
-    dollars_per_chip_hour: float
+    dollars_per_chip_hour: float | None  # None: no price known, the cost's dollars are None
     price_source: str
 
     @property
-    def dollars_per_hour(self) -> float:
-        return self.chips * self.dollars_per_chip_hour
+    def dollars_per_hour(self) -> float | None:
+        return None if self.dollars_per_chip_hour is None else self.chips * self.dollars_per_chip_hour
 
 
 def price_from_status(status: Mapping[str, Any]) -> Price | None:
     """The price seeded into status.cost when the children were applied (so the timer needs no plan)."""
     cost = status.get("cost") or {}
     try:
-        return Price(int(cost["chips"]), float(cost["dollarsPerChipHour"]), str(cost["priceSource"]))
+        rate = cost.get("dollarsPerChipHour")  # absent: no price known
+        return Price(int(cost["chips"]), None if rate is None else float(rate), str(cost["priceSource"]))
     except (KeyError, TypeError, ValueError):
         return None
 
@@ -154,7 +155,7 @@ def applied_status(
     if not is_terminal(current) or refused_before:
         old = current.get("cost") or {}
         status["cost"] = Cost(
-            dollars=float(old.get("dollars", 0.0)),
+            dollars=None if price.dollars_per_chip_hour is None else float(old.get("dollars") or 0.0),
             chips=price.chips,
             hours=float(old.get("hours", 0.0)),
             earlier_hours=float(old.get("earlierHours", 0.0)),  # a re-apply keeps every segment

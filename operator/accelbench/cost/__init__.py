@@ -60,7 +60,7 @@ def earlier_segments_hours(previous: Mapping[str, Any], start: str | None, close
 def compute_cost(
     *,
     chips: int,
-    dollars_per_chip_hour: float,
+    dollars_per_chip_hour: float | None,
     price_source: str,
     start: str | None,
     end: str | None,
@@ -71,13 +71,16 @@ def compute_cost(
 ) -> Cost | None:
     """`shown_*`: what status already billed. A bill never goes down: a running run is billed to
     the minute it was seen in, and an end the watch delivered late can precede that minute. Both
-    are floors, as the shown hours are rounded and dollars from them alone can round lower."""
+    are floors, as the shown hours are rounded and dollars from them alone can round lower.
+    No price (`dollars_per_chip_hour` None): the hours are counted, the dollars are None."""
     segment = elapsed_hours(start, end, now)
     if segment is None and not earlier_hours:
         return None
     hours = max(earlier_hours + (segment or 0.0), shown_hours)
     return Cost(
-        dollars=max(round(chips * hours * dollars_per_chip_hour, 4), shown_dollars),
+        dollars=None
+        if dollars_per_chip_hour is None
+        else max(round(chips * hours * dollars_per_chip_hour, 4), shown_dollars),
         chips=chips,
         hours=round(hours, 6),
         earlier_hours=round(earlier_hours, 6),
@@ -86,13 +89,14 @@ def compute_cost(
     )
 
 
-def dollars_per_hour(chips: float, dollars_per_chip_hour: float) -> float:
-    return chips * dollars_per_chip_hour
+def dollars_per_hour(chips: float, dollars_per_chip_hour: float | None) -> float | None:
+    return None if dollars_per_chip_hour is None else chips * dollars_per_chip_hour
 
 
-def dollars_per_million_tokens(hourly: float, tokens_per_second: float | None) -> float | None:
-    """$/hour / tokens/hour * 1e6; None when nothing was produced (no finite price per token)."""
-    if not tokens_per_second or tokens_per_second <= 0:
+def dollars_per_million_tokens(hourly: float | None, tokens_per_second: float | None) -> float | None:
+    """$/hour / tokens/hour * 1e6; None when nothing was produced (no finite price per token) or
+    no price is known."""
+    if hourly is None or not tokens_per_second or tokens_per_second <= 0:
         return None
     return hourly / (tokens_per_second * SECONDS_PER_HOUR) * 1e6
 
@@ -116,7 +120,7 @@ def peak_throughput(results: BenchResults) -> float | None:
     return max(rates) if rates else None
 
 
-def with_serving_cost(results: BenchResults, hourly: float) -> BenchResults:
+def with_serving_cost(results: BenchResults, hourly: float | None) -> BenchResults:
     """The bench's results priced: $/1M output tokens at the SLO capacity (overall and per input
     length) and at peak.
 
@@ -149,7 +153,7 @@ def _rounded(dollars: float | None) -> float | None:
 
 
 def cost_by_input_length(
-    cells: Sequence[Mapping[str, Any]], capacity: Mapping[str, Mapping[str, Any]], dollars_hour: float
+    cells: Sequence[Mapping[str, Any]], capacity: Mapping[str, Mapping[str, Any]], dollars_hour: float | None
 ) -> dict[str, dict[str, float | None]]:
     """$ per 1M output tokens per input length, at that length's SLO capacity and at its peak,
     from the full results' cells and capacity (as the bench client writes them)."""

@@ -42,7 +42,7 @@ def local_worker_plan(
             chips=chips,
             hosts=1,
             chips_per_host=chips,
-            peak_tflops_per_chip=accel.peak_bf16_tflops,
+            peak_tflops_per_chip=accel.serving_peak_tflops,
             dollars_per_chip_hour=0.0,
             price_source="unplanned local run",
         )

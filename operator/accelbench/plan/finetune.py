@@ -23,6 +23,8 @@ def plan_finetune(spec: FinetuneJobSpec, catalog: Catalog) -> Plan:
     checked, never changed.
     """
     accel = accelerator(catalog, spec.accelerator.type.value)
+    precision = spec.training.precision.value
+    _check_precision(precision, accel, framework_for(spec.framework, accel))
     shape = model_shape(spec.model)
     memory_for = _memory_function(spec, shape, accel)
     requested = requested_placement(accel, spec.accelerator.count, spec.accelerator.topology)
@@ -40,7 +42,7 @@ def plan_finetune(spec: FinetuneJobSpec, catalog: Catalog) -> Plan:
         tp=tp,
         memory=memory,
         hbm_per_chip_gb=accel.hbm_gb,
-        peak_tflops_per_chip=accel.peak_bf16_tflops,
+        peak_tflops_per_chip=accel.peak_for(precision),
         dollars_per_chip_hour=dollars,
         price_source=source,
         notes=_shape_notes(spec, shape) + price_notes,
@@ -167,6 +169,19 @@ def _never_fits(
         f"{gb(memory_for(fsdp, tp).total)} GB per chip even on {largest.chips} (activations do not shard "
         f"with FSDP; lower seqLength or microBatchSize, or enable gradientCheckpointing)"
     )
+
+
+def _check_precision(precision: str, accel: AcceleratorSpec, framework: str) -> None:
+    if not accel.supports(precision):
+        usable = ", ".join([*accel.peak_tflops, "fp32"])
+        raise PlanError(
+            f"{accel.display_name} has no {precision} matrix units: set training.precision to one of {usable}"
+        )
+    if precision == "fp16" and framework == "jax":
+        raise PlanError(
+            "training.precision fp16 needs loss scaling, which the JAX worker does not do: use bf16 or "
+            "fp32 with JAX, or framework pytorch (fp16 with a gradient scaler)"
+        )
 
 
 def _shape_notes(spec: FinetuneJobSpec, shape: ModelShape) -> list[str]:

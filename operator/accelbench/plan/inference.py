@@ -83,7 +83,7 @@ def plan_inference(spec: InferenceBenchSpec, catalog: Catalog) -> Plan:
         tp=placement.chips,
         memory=memory_for(placement.chips, max(1, min(held, concurrency))),
         hbm_per_chip_gb=accel.hbm_gb,
-        peak_tflops_per_chip=accel.peak_bf16_tflops,
+        peak_tflops_per_chip=accel.serving_peak_tflops,
         dollars_per_chip_hour=dollars,
         price_source=source,
         notes=notes,
@@ -212,7 +212,7 @@ def _external_plan(
         tp=chips,
         memory=zero,
         hbm_per_chip_gb=accel.hbm_gb,
-        peak_tflops_per_chip=accel.peak_bf16_tflops,
+        peak_tflops_per_chip=accel.serving_peak_tflops,
         dollars_per_chip_hour=dollars,
         price_source=source,
         notes=[

@@ -15,7 +15,7 @@ from .types import MemoryEstimate
 GB = 1e9
 BF16 = 2
 FP32 = 4
-PRECISION_BYTES = {"bf16": BF16, "fp32": FP32}
+PRECISION_BYTES = {"bf16": BF16, "fp16": BF16, "fp32": FP32}  # fp16 is 2 B like bf16
 
 # Bytes per logit element in the loss: the bf16 logits, their fp32 upcast, fp32 log-softmax and
 # the gradient of the logits. Eager Hugging Face training holds roughly all of these at once; it
@@ -108,11 +108,14 @@ def finetune_memory(
 
     Full fine-tuning, N parameters: weights in the training precision (2 or 4 B), gradients in the
     same precision, AdamW's two fp32 moments (8 B) and, for bf16 weights, an fp32 master copy
-    (4 B): 16 B/param either way. LoRA (`lora_rank` set): the frozen base in the training precision,
+    (4 B): 16 B/param either way (fp16 keeps fp32 weights and gradients: 4 + 4 + 8). LoRA
+    (`lora_rank` set): the frozen base in the training precision,
     and A adapter parameters kept in fp32 (PEFT's default upcast) with fp32 gradients and moments:
     4 + 4 + 8 B per adapter parameter. FSDP x TP shards all of that; TP also splits activations.
     """
-    weight_bytes = PRECISION_BYTES[precision]
+    # fp16 full fine-tuning is mixed precision: the trained weights stay fp32 (a gradient scaler
+    # steps them) and only the math is fp16; a LoRA base is frozen, so it is held in fp16.
+    weight_bytes = FP32 if precision == "fp16" and lora_rank is None else PRECISION_BYTES[precision]
     shards = fsdp * tp
     n = shape.parameters
     if lora_rank is None:

@@ -6,8 +6,11 @@ from ..api.common import Capacity, PriceSource, Pricing
 from ..catalog import AcceleratorSpec
 
 
-def price_for(pricing: Pricing, capacity: Capacity, accel: AcceleratorSpec) -> tuple[float, str, list[str]]:
-    """(dollars per chip-hour, price source, notes) for the spec's pricing and capacity.
+def price_for(
+    pricing: Pricing, capacity: Capacity, accel: AcceleratorSpec
+) -> tuple[float | None, str, list[str]]:
+    """(dollars per chip-hour, price source, notes) for the spec's pricing and capacity; None
+    dollars when the catalog has no price for the accelerator (cost unavailable, never $0).
 
     custom: the spec's figure. catalog: the spot price for spot capacity when the catalog has one,
     otherwise on-demand; a reservation is priced at on-demand because its discount is contractual
@@ -29,12 +32,15 @@ def price_for(pricing: Pricing, capacity: Capacity, accel: AcceleratorSpec) -> t
         notes.append(
             "reservation capacity is priced at the on-demand list price; use custom pricing for your rate"
         )
-    if is_unpriced(accel, price.on_demand):
-        notes.append(f"the catalog has no price for {accel.name}: cost shows $0 until one is set")
+    if is_unpriced(price.on_demand):
+        notes.append(
+            f"the catalog has no price for {accel.name}: cost shows as unavailable until the prices "
+            "ConfigMap sets one"
+        )
     return price.on_demand, f"catalog {accel.name} on-demand, {price.source}, {price.date}", notes
 
 
-def is_unpriced(accel: AcceleratorSpec, dollars_per_chip_hour: float) -> bool:
-    """A real accelerator at $0: the catalog has no price for it (a local CPU is free, not unpriced).
-    Its cost shows $0, so a dollar budget cannot bound it."""
-    return dollars_per_chip_hour == 0 and accel.resource_name is not None
+def is_unpriced(dollars_per_chip_hour: float | None) -> bool:
+    """No price known: the run's cost is unavailable (not $0), so a dollar budget cannot bound it.
+    A local CPU is free ($0 from its catalog entry), which is a price."""
+    return dollars_per_chip_hour is None

@@ -46,7 +46,7 @@ class Plan:
     memory: MemoryEstimate  # per chip
     hbm_per_chip_gb: float
     peak_tflops_per_chip: float  # dense bf16, from the catalog: what MFU divides by
-    dollars_per_chip_hour: float
+    dollars_per_chip_hour: float | None  # None: no price known (plan.pricing.is_unpriced)
     price_source: str
     notes: list[str] = field(default_factory=list)
     # Sequences per chip per forward pass that the memory estimate assumed (fine-tuning only); the
@@ -58,8 +58,8 @@ class Plan:
         return self.hosts > 1
 
     @property
-    def dollars_per_hour(self) -> float:
-        return self.chips * self.dollars_per_chip_hour
+    def dollars_per_hour(self) -> float | None:
+        return self.chips * self.dollars_per_chip_hour if self.dollars_per_chip_hour is not None else None
 
     def worker_plan(self) -> WorkerPlan:
         """What a pod needs of the plan (the memory breakdown and notes stay with the operator)."""

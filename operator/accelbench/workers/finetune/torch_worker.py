@@ -142,6 +142,9 @@ def choose_attention(flash_requested: bool, device: torch.device) -> tuple[str, 
         return "sdpa", None
     if device.type != "cuda":
         return "sdpa", f"flash attention requested but unavailable on {device.type}; using sdpa"
+    major, minor = torch.cuda.get_device_capability(device)
+    if major < 8:  # V100 (sm_70): FlashAttention and the flash SDPA kernel need sm_80+
+        return "sdpa", f"flash attention needs sm_80+, this GPU is sm_{major}{minor}; using sdpa"
     if importlib.util.find_spec("flash_attn") is not None:
         return "flash_attention_2", None
     return torch_attention.register(), None
@@ -275,11 +278,37 @@ def masked_ce_sum(
     attn: str,
     device: torch.device,
     loss_fn: LossFn = forward_ce,
+    fp16: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(sum(ce·mask), sum(mask)) of one micro-batch (`loss_fn` is forward_ce, maybe compiled)."""
+    """(sum(ce·mask), sum(mask)) of one micro-batch (`loss_fn` is forward_ce, maybe compiled).
+    fp16: the forward runs under fp16 autocast (the loss itself autocasts to fp32)."""
     t = to_device(batch, device)
     mask = attention_mask_for(batch["segment_ids"], config, attn, device)
-    return loss_fn(model, t["input_ids"], t["positions"], mask, t["targets"], t["loss_mask"])
+    amp = torch.autocast(device.type, dtype=torch.float16) if fp16 else contextlib.nullcontext()
+    with amp:
+        return loss_fn(model, t["input_ids"], t["positions"], mask, t["targets"], t["loss_mask"])
+
+
+def weights_dtype(precision: Precision, lora: bool) -> torch.dtype:
+    """bf16: bf16 weights. fp16: mixed precision, so trained weights stay fp32 and only a frozen LoRA
+    base is held in fp16. fp32: fp32."""
+    if precision == Precision.BF16:
+        return torch.bfloat16
+    if precision == Precision.FP16 and lora:
+        return torch.float16
+    return torch.float32
+
+
+def gradient_scaler(precision: Precision, device: torch.device, sharded: bool) -> Any:
+    """fp16's loss scaler (None otherwise). Sharded (FSDP): every rank sees only its shard of the
+    gradients, so the overflow check is all-reduced to make every rank skip the same steps."""
+    if precision != Precision.FP16:
+        return None
+    if sharded:
+        from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+        return ShardedGradScaler(device.type)
+    return torch.amp.GradScaler(device.type)
 
 
 def all_reduce_sum(value: torch.Tensor, distributed: bool) -> torch.Tensor:
@@ -339,8 +368,9 @@ def evaluate(
     model.eval()
     total = torch.zeros(2, dtype=torch.float64, device=device)
     batch_size = data.micro_batch_size(ctx.dist.world_size)
+    fp16 = ctx.job.spec.training.precision == Precision.FP16
     for batch in data.eval_batches(ctx.dist.rank, ctx.dist.world_size, batch_size):
-        ce_sum, count = masked_ce_sum(model, batch, config, attn, device)
+        ce_sum, count = masked_ce_sum(model, batch, config, attn, device, fp16=fp16)
         total += torch.stack([ce_sum.double(), count.double()])
     model.train()
     all_reduce_sum(total, dist)
@@ -359,7 +389,9 @@ def train(ctx: TrainContext) -> FinetuneOutcome:
     if spec.output is not None and spec.output.format == CheckpointFormat.ORBAX:
         raise InvalidConfigError("output format orbax is for the JAX worker; use safetensors with pytorch")
 
-    dtype = torch.bfloat16 if training.precision == Precision.BF16 else torch.float32
+    lora = spec.method.type == MethodType.LORA
+    dtype = weights_dtype(training.precision, lora)
+    fp16 = training.precision == Precision.FP16
     attn, note = choose_attention(training.flash_attention, device)
     if note:
         notes.append(note)
@@ -377,7 +409,6 @@ def train(ctx: TrainContext) -> FinetuneOutcome:
     if training.gradient_checkpointing:
         # Non-reentrant checkpointing works with frozen inputs (LoRA) and with FSDP2.
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    lora = spec.method.type == MethodType.LORA
     if lora:
         model = apply_lora(model, ctx)
     model.to(device)
@@ -388,6 +419,8 @@ def train(ctx: TrainContext) -> FinetuneOutcome:
     # Eval stays eager: it runs a few times, and in no_grad mode it would be a second compile.
     loss_fn: LossFn = torch.compile(forward_ce) if ctx.compile else forward_ce
     optimizer = build_optimizer(base, ctx, device)
+    scaler = gradient_scaler(training.precision, device, sharded=dist and ctx.plan.fsdp > 1)
+    skipped_steps = 0  # fp16: steps the scaler skipped for an overflow (the scale halves instead)
     trainable = [p for p in base.parameters() if p.requires_grad]
     setup_seconds = time.perf_counter() - started
 
@@ -409,13 +442,22 @@ def train(ctx: TrainContext) -> FinetuneOutcome:
         micro = step_batch.micro_batches
         for k, batch in enumerate(micro):
             with no_sync(model, k == len(micro) - 1):
-                ce_sum, _ = masked_ce_sum(model, batch, config, attn, device, loss_fn)
+                ce_sum, _ = masked_ce_sum(model, batch, config, attn, device, loss_fn, fp16=fp16)
                 # DDP and FSDP average gradients over ranks; × world makes it the global-token mean.
-                (ce_sum * (world / step_batch.global_loss_tokens)).backward()
+                scaled = ce_sum * (world / step_batch.global_loss_tokens)
+                (scaler.scale(scaled) if scaler is not None else scaled).backward()
                 mark_step(device)
             local += ce_sum.detach()
+        if scaler is not None:
+            scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
         torch.nn.utils.clip_grad_norm_(trainable, MAX_GRAD_NORM)
-        optimizer.step()
+        if scaler is not None:
+            scale = scaler.get_scale()
+            scaler.step(optimizer)  # skipped when a gradient overflowed
+            scaler.update()
+            skipped_steps += scaler.get_scale() < scale
+        else:
+            optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         mark_step(device)
         loss = float(all_reduce_sum(local, dist).item()) / step_batch.global_loss_tokens
@@ -438,6 +480,8 @@ def train(ctx: TrainContext) -> FinetuneOutcome:
                 evals.append((step_batch.step, value))
                 ctx.metrics.on_eval(step_batch.step, value)
 
+    if skipped_steps:
+        notes.append(f"fp16 loss scaling skipped {skipped_steps} of {len(records)} steps on overflow")
     eval_loss = evaluate(model, ctx, config, attn, device, dist)
     if eval_loss is not None:
         evals.append((total_steps, eval_loss))

@@ -55,7 +55,10 @@ BATCH_KEYS = ("input_ids", "targets", "loss_mask", "positions", "segment_ids")
 
 
 def dtypes(precision: Precision) -> tuple[jnp.dtype, jnp.dtype]:
-    """(param dtype, compute dtype). bf16 keeps bf16 weights like the PyTorch worker; adapters are fp32."""
+    """(param dtype, compute dtype). bf16 keeps bf16 weights like the PyTorch worker; adapters are fp32.
+    fp16 needs a loss scaler, which this worker has not: refused (the planner refuses it first)."""
+    if precision == Precision.FP16:
+        raise InvalidConfigError("precision fp16 is not supported by the JAX worker (no loss scaling)")
     return (jnp.float32, jnp.float32) if precision == Precision.FP32 else (jnp.bfloat16, jnp.bfloat16)
 
 
