@@ -233,14 +233,20 @@ def test_invalid_topology_lists_the_valid_ones() -> None:
 
 
 def test_asked_topology_too_small() -> None:
-    # The study's v5p-8 (2x2x1, 4 chips) runs the LoRA case: 15.5 + 1.96 + 12.71 + 1 = 31.2 GB per chip.
+    # The study's v5p-8 (2x2x1, 4 chips) runs the LoRA case sharded: 15.5 + 1.96 + 12.71 + 1 = 31.2 GB
+    # per chip. auto keeps a whole replica per chip instead, as one v5p holds it:
+    # 62.0 + 7.8 + 12.71 + 1 = 83.5 GB of 85.5 usable, and data parallelism needs no weight gathers.
+    asked = {"type": "tpu-v5p", "topology": "2x2x1"}
+    auto = plan_finetune(finetune(accelerator=asked, method=LORA_64, training=STUDY_TRAINING), CATALOG)
+    assert (auto.chips, auto.fsdp, auto.strategy, auto.framework) == (4, 1, "ddp", "jax")
     ok = plan_finetune(
         finetune(
-            accelerator={"type": "tpu-v5p", "topology": "2x2x1"}, method=LORA_64, training=STUDY_TRAINING
+            accelerator=asked, method=LORA_64, training=STUDY_TRAINING, parallelism={"strategy": "fsdp"}
         ),
         CATALOG,
     )
-    assert (ok.chips, ok.fsdp, ok.framework) == (4, 4, "jax")
+    assert (ok.chips, ok.fsdp, ok.strategy, ok.framework) == (4, 4, "fsdp", "jax")
+    assert ok.memory.total == pytest.approx(31.2 * GB, rel=0.01)
     # Full fine-tuning does not: 496/4 + 12.71 + 1 = 137.7 GB on 4 chips; 496/8 + 13.71 = 75.7 GB on 8.
     spec = finetune(
         accelerator={"type": "tpu-v5p", "topology": "2x2x1"}, method={"type": "full"}, training=STUDY_TRAINING
@@ -416,6 +422,37 @@ def test_fp16_full_finetune_keeps_fp32_weights_and_jax_refuses_fp16() -> None:
         plan_finetune(jax, CATALOG)
     with pytest.raises(PlanError, match="Gaudi 3 has no fp16"):
         plan_finetune(finetune(accelerator={"type": "gaudi3"}, training={"precision": "fp16"}), CATALOG)
+
+
+def test_strategies_choose_the_mesh_and_the_memory_follows() -> None:
+    """auto: no sharding when a replica fits one chip; ddp refuses what one chip cannot hold; fsdp
+    and zero3 shard over every chip; zero3 is PyTorch's only."""
+    one_b = {"model": GEMMA3_1B, "method": {"type": "full"}, "training": {"seqLength": 1024}}
+    two_h100 = {"type": "h100", "count": 2}
+    auto = plan_finetune(finetune(accelerator=two_h100, **one_b), CATALOG)
+    assert (auto.chips, auto.fsdp, auto.strategy) == (2, 1, "ddp")  # 24.3 GB fits one 80 GB card
+    fsdp = plan_finetune(finetune(accelerator=two_h100, parallelism={"strategy": "fsdp"}, **one_b), CATALOG)
+    zero3 = plan_finetune(finetune(accelerator=two_h100, parallelism={"strategy": "zero3"}, **one_b), CATALOG)
+    assert (fsdp.fsdp, fsdp.strategy, zero3.fsdp, zero3.strategy) == (2, "fsdp", 2, "zero3")
+    # 16 B/param of state halves over 2 shards; activations do not shard.
+    assert fsdp.memory.total == pytest.approx(auto.memory.total - 8 * 999_885_952, rel=1e-6)
+    assert zero3.memory == fsdp.memory and zero3.worker_plan().strategy == "zero3"
+    # Full fine-tuning of Gemma 4 31B needs ~510 GB: no chip holds a replica.
+    with pytest.raises(PlanError, match=r"ddp keeps a whole replica on every chip.*use fsdp or zero3"):
+        plan_finetune(
+            finetune(
+                accelerator={"type": "h200", "count": 8},
+                method={"type": "full"},
+                parallelism={"strategy": "ddp"},
+            ),
+            CATALOG,
+        )
+    # auto without a count: the fewest chips, one here.
+    assert plan_finetune(finetune(accelerator={"type": "h100"}, **one_b), CATALOG).chips == 1
+    with pytest.raises(PlanError, match="zero3 is DeepSpeed's"):
+        plan_finetune(
+            finetune(accelerator={"type": "tpu-v5p"}, parallelism={"strategy": "zero3"}, **one_b), CATALOG
+        )
 
 
 # ---------------------------------------------------------------- serving

@@ -103,6 +103,8 @@ ENV_NODE_RANK = "NODE_RANK"
 ENV_RANK = "RANK"
 ENV_WORLD_SIZE = "WORLD_SIZE"
 ENV_LOCAL_RANK = "LOCAL_RANK"
+# DeepSpeed reads it once, at import: the ZeRO-3 path sets "cpu" where no GPU is present.
+ENV_DEEPSPEED_ACCELERATOR = "DS_ACCELERATOR"
 ENV_LOCAL_WORLD_SIZE = "LOCAL_WORLD_SIZE"
 
 # Worker tuning a user may set in spec.env (read by the workers only).

@@ -192,7 +192,18 @@ class Framework(StrEnum):
 
 
 class ParallelismStrategy(StrEnum):
+    """How the chips share the work (the planner's memory estimate follows the choice).
+
+    auto: the fewest chips that fit, with a whole replica per chip (data parallel) whenever the model
+    fits one chip, sharded (fsdp) only when it does not. ddp: a whole replica per chip (PyTorch DDP,
+    JAX's data axis); refused when one chip cannot hold it. fsdp: weights, gradients and optimizer
+    state sharded over every chip (PyTorch FSDP2, JAX's fsdp axis). zero3: the same sharding through
+    DeepSpeed ZeRO stage 3 (PyTorch only). explicit: the fsdp × tp mesh given."""
+
     AUTO = "auto"
+    DDP = "ddp"
+    FSDP = "fsdp"
+    ZERO3 = "zero3"
     EXPLICIT = "explicit"
 
 

@@ -31,6 +31,11 @@ class WorkerPlan(ApiModel):
     topology: str | None = None
     fsdp: int = Field(default=1, ge=1)
     tp: int = Field(default=1, ge=1)
+    strategy: str | None = Field(
+        default=None,
+        description="ddp, fsdp, zero3 or explicit, as the planner resolved it; None (an older payload): "
+        "fsdp when fsdp > 1, else ddp.",
+    )
     micro_batch_size: int | None = Field(default=None, ge=1, description="Sequences per chip per pass.")
     peak_tflops_per_chip: float = Field(gt=0, description="Dense bf16 peak of one chip (MFU divides by it).")
     dollars_per_chip_hour: float | None = Field(default=None, ge=0, description="None: no price known.")

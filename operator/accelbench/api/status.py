@@ -116,6 +116,7 @@ class PlanStatus(ApiModel):
     topology: str | None = None
     fsdp: int = 1
     tp: int = 1
+    strategy: str | None = Field(default=None, description="ddp, fsdp, zero3 or explicit (resolved).")
     memory_per_chip_gb: float
     hbm_per_chip_gb: float
     framework: str | None = None

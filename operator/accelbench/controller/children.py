@@ -63,6 +63,7 @@ def plan_status(plan: Plan) -> PlanStatus:
         topology=plan.topology,
         fsdp=plan.fsdp,
         tp=plan.tp,
+        strategy=plan.strategy or None,
         memory_per_chip_gb=round(plan.memory.total * GB_PER_BYTE, 2),
         hbm_per_chip_gb=plan.hbm_per_chip_gb,
         framework=plan.framework,

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from ..api.finetune import FinetuneJobSpec, MethodType, Parallelism, ParallelismStrategy
 from ..catalog import AcceleratorSpec, Catalog, ModelShape
-from .common import accelerator, amount, chip_label, fits, framework_for, gb, model_shape
+from .common import accelerator, amount, chip_label, fits, framework_for, gb, model_shape, usable_bytes
 from .memory import finetune_memory, lora_adapter_parameters
 from .placement import Placement, candidate_placements, placement_with_chips, requested_placement
 from .pricing import price_for
@@ -28,6 +28,9 @@ def plan_finetune(spec: FinetuneJobSpec, catalog: Catalog) -> Plan:
     shape = model_shape(spec.model)
     memory_for = _memory_function(spec, shape, accel)
     requested = requested_placement(accel, spec.accelerator.count, spec.accelerator.topology)
+    framework = framework_for(spec.framework, accel)
+    if spec.parallelism.strategy == ParallelismStrategy.ZERO3 and framework == "jax":
+        raise PlanError("parallelism zero3 is DeepSpeed's (PyTorch): with JAX use fsdp, the same sharding")
     placement, fsdp, tp = _choose(spec, accel, shape, memory_for, requested)
     memory = memory_for(fsdp, tp)
     dollars, source, price_notes = price_for(spec.pricing, spec.accelerator.capacity, accel)
@@ -47,6 +50,7 @@ def plan_finetune(spec: FinetuneJobSpec, catalog: Catalog) -> Plan:
         price_source=source,
         notes=_shape_notes(spec, shape) + price_notes,
         micro_batch_size=_micro_batch(spec),
+        strategy=resolved_strategy(spec.parallelism, fsdp, tp),
     )
 
 
@@ -87,16 +91,19 @@ def _choose(
 ) -> tuple[Placement, int, int]:
     parallelism = spec.parallelism
     explicit = parallelism.strategy == ParallelismStrategy.EXPLICIT
+    replica_fits = fits(memory_for(1, 1), accel)
+    if parallelism.strategy == ParallelismStrategy.DDP and not replica_fits:
+        raise PlanError(_replica_too_large(spec, accel, shape, memory_for))
     if requested is None and explicit and parallelism.fsdp and parallelism.tp:
         requested = placement_with_chips(accel, parallelism.fsdp * parallelism.tp)
     if requested is not None:
-        fsdp, tp = mesh(requested.chips, parallelism)
+        fsdp, tp = mesh(requested.chips, parallelism, replica_fits)
         if not fits(memory_for(fsdp, tp), accel):
             raise PlanError(_too_small(spec, accel, shape, memory_for, requested, fsdp, tp))
         return requested, fsdp, tp
     for placement in candidate_placements(accel):
         try:
-            fsdp, tp = mesh(placement.chips, parallelism)
+            fsdp, tp = mesh(placement.chips, parallelism, replica_fits)
         except PlanError:
             continue  # e.g. tp=4 given explicitly cannot run on 1 or 2 chips
         if fits(memory_for(fsdp, tp), accel):
@@ -104,9 +111,16 @@ def _choose(
     raise PlanError(_never_fits(spec, accel, shape, memory_for))
 
 
-def mesh(chips: int, parallelism: Parallelism) -> tuple[int, int]:
-    """(fsdp, tp) for `chips`: all FSDP when auto; explicit axes must multiply to the chip count."""
-    if parallelism.strategy == ParallelismStrategy.AUTO:
+def mesh(chips: int, parallelism: Parallelism, replica_fits: bool = False) -> tuple[int, int]:
+    """(fsdp, tp) for `chips`; the chips fsdp × tp leave over hold data-parallel replicas.
+
+    auto: a replica per chip when one chip holds the model (no sharding traffic), else everything
+    sharded; ddp: replicas; fsdp and zero3: everything sharded; explicit: the axes given, which must
+    multiply to the chip count."""
+    strategy = parallelism.strategy
+    if strategy == ParallelismStrategy.DDP or (strategy == ParallelismStrategy.AUTO and replica_fits):
+        return 1, 1
+    if strategy != ParallelismStrategy.EXPLICIT:
         return chips, 1
     fsdp, tp = parallelism.fsdp, parallelism.tp
     if fsdp is None and tp is not None:
@@ -120,6 +134,24 @@ def mesh(chips: int, parallelism: Parallelism) -> tuple[int, int]:
             f"(fsdp x tp = {fsdp * tp})"
         )
     return fsdp, tp
+
+
+def resolved_strategy(parallelism: Parallelism, fsdp: int, tp: int) -> str:
+    """What the worker runs: zero3 and explicit as asked; otherwise ddp for whole replicas, fsdp when
+    sharded."""
+    if parallelism.strategy in (ParallelismStrategy.ZERO3, ParallelismStrategy.EXPLICIT):
+        return parallelism.strategy.value
+    return ParallelismStrategy.FSDP.value if fsdp * tp > 1 else ParallelismStrategy.DDP.value
+
+
+def _replica_too_large(
+    spec: FinetuneJobSpec, accel: AcceleratorSpec, shape: ModelShape, memory_for: MemoryFn
+) -> str:
+    return (
+        f"parallelism ddp keeps a whole replica on every chip, and {_method_label(spec, shape)} needs "
+        f"≈ {gb(memory_for(1, 1).total)} GB of one {chip_label(accel)} "
+        f"({gb(usable_bytes(accel))} GB usable): use fsdp or zero3 to shard it"
+    )
 
 
 def _method_label(spec: FinetuneJobSpec, shape: ModelShape) -> str:

@@ -52,6 +52,8 @@ class Plan:
     # Sequences per chip per forward pass that the memory estimate assumed (fine-tuning only); the
     # worker should use the same, making up the global batch with gradient accumulation.
     micro_batch_size: int | None = None
+    # Fine-tuning: how the chips share the work, resolved (ddp, fsdp, zero3 or explicit); "" for serving.
+    strategy: str = ""
 
     @property
     def multi_host(self) -> bool:
@@ -72,6 +74,7 @@ class Plan:
             topology=self.topology,
             fsdp=self.fsdp,
             tp=self.tp,
+            strategy=self.strategy or None,
             micro_batch_size=self.micro_batch_size,
             peak_tflops_per_chip=self.peak_tflops_per_chip,
             dollars_per_chip_hour=self.dollars_per_chip_hour,

@@ -27,7 +27,8 @@ import torch
 import torch.nn.functional as F
 
 from ...api.contract import ENV_TORCH_ATTENTION
-from ...api.finetune import CheckpointFormat, MethodType, Precision, expand_lora_targets
+from ...api.finetune import CheckpointFormat, MethodType, ParallelismStrategy, Precision, expand_lora_targets
+from ...api.payload import WorkerPlan
 from ..data import Batch, attention_allowed
 from . import (
     ADAM_BETAS,
@@ -43,6 +44,7 @@ from . import (
     torch_attention,
     weights_marker,
 )
+from .zero3 import Zero3, deepspeed_config
 
 # --------------------------------------------------------------------------------------------------
 # Device and process group
@@ -195,7 +197,16 @@ def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     return [m for m in model.modules() if type(m).__name__.endswith("DecoderLayer")]
 
 
+def worker_strategy(plan: WorkerPlan) -> ParallelismStrategy:
+    """The plan's resolved strategy; a payload from before strategies: fsdp when sharded, else ddp."""
+    if plan.strategy:
+        return ParallelismStrategy(plan.strategy)
+    return ParallelismStrategy.FSDP if plan.fsdp > 1 else ParallelismStrategy.DDP
+
+
 def wrap_distributed(model: torch.nn.Module, ctx: TrainContext, device: torch.device) -> torch.nn.Module:
+    """FSDP2 (fully_shard per decoder layer, then the root) when the plan shards; DDP otherwise.
+    ZeRO-3 is not a wrapper here: train() hands the model to DeepSpeed (zero3.py)."""
     plan = ctx.plan
     if plan.tp > 1:
         raise InvalidConfigError("tensor parallelism (tp > 1) is not implemented in the PyTorch worker")
@@ -414,12 +425,32 @@ def train(ctx: TrainContext) -> FinetuneOutcome:
     model.to(device)
     model.train()
     base = model
-    if dist:
-        model = wrap_distributed(model, ctx, device)
+    zero3: Zero3 | None = None
+    strategy = worker_strategy(ctx.plan) if dist else None
+    if strategy == ParallelismStrategy.ZERO3:
+        world_size = ctx.dist.world_size
+        config = deepspeed_config(
+            training.precision,
+            ctx.data.micro_batch_size(world_size),
+            ctx.data.grad_accumulation(world_size),
+            MAX_GRAD_NORM,
+        )
+        # DeepSpeed takes the optimizer over the model's own parameters and partitions both.
+        optimizer = build_optimizer(base, ctx, device)
+        zero3 = Zero3.start(base, optimizer, config)
+        model = zero3.module
+    else:
+        if dist:
+            model = wrap_distributed(model, ctx, device)
+        # After the wrap: FSDP2 swaps each parameter for its sharded DTensor.
+        optimizer = build_optimizer(base, ctx, device)
+    param_groups = zero3.param_groups if zero3 is not None else optimizer.param_groups
     # Eval stays eager: it runs a few times, and in no_grad mode it would be a second compile.
     loss_fn: LossFn = torch.compile(forward_ce) if ctx.compile else forward_ce
-    optimizer = build_optimizer(base, ctx, device)
-    scaler = gradient_scaler(training.precision, device, sharded=dist and ctx.plan.fsdp > 1)
+    # fp16 under zero3 is DeepSpeed's own mode (a half model and its loss scaler): no autocast there.
+    autocast_fp16 = fp16 and zero3 is None
+    sharded = dist and ctx.plan.fsdp > 1
+    scaler = None if zero3 is not None else gradient_scaler(training.precision, device, sharded)
     skipped_steps = 0  # fp16: steps the scaler skipped for an overflow (the scale halves instead)
     trainable = [p for p in base.parameters() if p.requires_grad]
     setup_seconds = time.perf_counter() - started
@@ -434,31 +465,38 @@ def train(ctx: TrainContext) -> FinetuneOutcome:
         lr = learning_rate_at(
             index, training.learning_rate, training.warmup_steps, total_steps, training.schedule
         )
-        for group in optimizer.param_groups:
+        for group in param_groups:
             group["lr"] = lr
         synchronize(device)
         tick = time.perf_counter()
         local = torch.zeros((), dtype=torch.float32, device=device)
         micro = step_batch.micro_batches
         for k, batch in enumerate(micro):
-            with no_sync(model, k == len(micro) - 1):
-                ce_sum, _ = masked_ce_sum(model, batch, config, attn, device, loss_fn, fp16=fp16)
-                # DDP and FSDP average gradients over ranks; × world makes it the global-token mean.
+            last = k == len(micro) - 1
+            with no_sync(model, last or zero3 is not None):  # ZeRO-3 reduces at its own boundary
+                ce_sum, _ = masked_ce_sum(model, batch, config, attn, device, loss_fn, fp16=autocast_fp16)
+                # DDP, FSDP and ZeRO average gradients over ranks; × world makes it the global-token mean.
                 scaled = ce_sum * (world / step_batch.global_loss_tokens)
-                (scaler.scale(scaled) if scaler is not None else scaled).backward()
+                if zero3 is not None:
+                    zero3.backward(scaled, last)
+                else:
+                    (scaler.scale(scaled) if scaler is not None else scaled).backward()
                 mark_step(device)
             local += ce_sum.detach()
-        if scaler is not None:
+        if zero3 is not None:
+            skipped_steps += zero3.step()  # clip (the engine's), step, zero the gradients
+        elif scaler is not None:
             scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
-        torch.nn.utils.clip_grad_norm_(trainable, MAX_GRAD_NORM)
-        if scaler is not None:
-            scale = scaler.get_scale()
-            scaler.step(optimizer)  # skipped when a gradient overflowed
-            scaler.update()
-            skipped_steps += scaler.get_scale() < scale
-        else:
-            optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        if zero3 is None:
+            torch.nn.utils.clip_grad_norm_(trainable, MAX_GRAD_NORM)
+            if scaler is not None:
+                scale = scaler.get_scale()
+                scaler.step(optimizer)  # skipped when a gradient overflowed
+                scaler.update()
+                skipped_steps += scaler.get_scale() < scale
+            else:
+                optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
         mark_step(device)
         loss = float(all_reduce_sum(local, dist).item()) / step_batch.global_loss_tokens
         synchronize(device)
@@ -493,7 +531,7 @@ def train(ctx: TrainContext) -> FinetuneOutcome:
         pass_at_k = run_pass_at_k(base, ctx, device, dist)
     output_path = None
     if ctx.output_dir is not None:
-        output_path = save_weights(base, ctx, lora, dist)
+        output_path = save_weights(base, ctx, lora, dist, zero3)
     warm = records[: ctx.warmup_steps_excluded]
     return FinetuneOutcome(
         framework="pytorch",
@@ -518,11 +556,17 @@ def train(ctx: TrainContext) -> FinetuneOutcome:
 # Output
 
 
-def save_weights(model: torch.nn.Module, ctx: TrainContext, lora: bool, dist: bool) -> str | None:
+def save_weights(
+    model: torch.nn.Module, ctx: TrainContext, lora: bool, dist: bool, zero3: Zero3 | None = None
+) -> str | None:
     """Safetensors in Hugging Face layout (loads with from_pretrained / a serving engine).
 
     LoRA: merged W + alpha/r·BA when output.mergeLora (the default), else the adapter alone.
-    Under FSDP the full state dict is gathered to rank 0's CPU first."""
+    Under FSDP the full state dict is gathered to rank 0's CPU first; under ZeRO-3 every rank
+    gathers the whole model for the save (a collective), and rank 0 writes it."""
+    if zero3 is not None:
+        with zero3.gathered(model):
+            return save_weights(model, ctx, lora, dist=False)
     out = ctx.output_dir
     assert out is not None
     merge = ctx.job.spec.output.merge_lora if ctx.job.spec.output else True
