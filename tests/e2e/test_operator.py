@@ -103,7 +103,7 @@ def test_the_longest_name_allowed_makes_every_child(env: Env) -> None:
             "topology is not valid for this TPU type",
         ),
         ({"accelerator": {"type": "tpu-v5p", "count": 4}}, "TPU slices are sized by topology, not count"),
-        ({"accelerator": {"type": "a100"}}, 'Unsupported value: "a100"'),
+        ({"accelerator": {"type": "b200"}}, 'Unsupported value: "b200"'),
         ({"training": {"seqLength": 4}}, "should be greater than or equal to 8"),
         # An unsupported scheme or a malformed URI never reaches a pod.
         (

@@ -420,6 +420,8 @@ def test_fp16_full_finetune_keeps_fp32_weights_and_jax_refuses_fp16() -> None:
     )
     with pytest.raises(PlanError, match="fp16 needs loss scaling"):
         plan_finetune(jax, CATALOG)
+    with pytest.raises(PlanError, match=r"spec\.gaudi applies to Gaudi accelerators"):
+        plan_finetune(finetune(accelerator={"type": "h100"}, gaudi={"hpuGraphs": True}), CATALOG)
     with pytest.raises(PlanError, match="Gaudi 3 has no fp16"):
         plan_finetune(finetune(accelerator={"type": "gaudi3"}, training={"precision": "fp16"}), CATALOG)
 

@@ -394,6 +394,32 @@ def test_image_defaults_to_catalog_and_spec_overrides() -> None:
     assert _container(render_finetune(job, plan, fx.CATALOG)[-1])["image"] == "example.com/custom:1"
 
 
+def test_execution_knobs_reach_the_worker_env() -> None:
+    """flashAttention chooses JAX's attention path; spec.gaudi sets Gaudi's lazy mode and HPU graphs."""
+    from accelbench.api.finetune import GaudiOptions, Training
+
+    job, plan = fx.ft_tpu_v5p_single()
+    assert _env(render_finetune(job, plan, fx.CATALOG)[-1])["ACCELBENCH_JAX_ATTENTION"] == "auto"
+    plain = job.model_copy(
+        update={"spec": job.spec.model_copy(update={"training": Training(flash_attention=False)})}
+    )
+    assert _env(render_finetune(plain, plan, fx.CATALOG)[-1])["ACCELBENCH_JAX_ATTENTION"] == "xla"
+    job, plan = fx.ft_gaudi3_x8()
+    eager = job.model_copy(
+        update={"spec": job.spec.model_copy(update={"gaudi": GaudiOptions(lazy_mode=False)})}
+    )
+    env = _env(_job(render_finetune(eager, plan, fx.CATALOG), "llama-gaudi3-train"))
+    assert (env["PT_HPU_LAZY_MODE"], env["ACCELBENCH_HPU_GRAPHS"]) == ("0", "0")
+    assert "ACCELBENCH_JAX_ATTENTION" not in env  # a PyTorch worker reads flashAttention itself
+    graphs = job.model_copy(
+        update={"spec": job.spec.model_copy(update={"gaudi": GaudiOptions(hpu_graphs=True)})}
+    )
+    env = _env(_job(render_finetune(graphs, plan, fx.CATALOG), "llama-gaudi3-train"))
+    assert (env["PT_HPU_LAZY_MODE"], env["ACCELBENCH_HPU_GRAPHS"]) == ("1", "1")
+    with pytest.raises(ValueError, match=r"hpuGraphs needs gaudi\.lazyMode"):
+        GaudiOptions(hpu_graphs=True, lazy_mode=False)
+
+
 def test_missing_image_is_a_render_error() -> None:
     job, _ = fx.ft_gaudi3_x8()
     plan = fx.make_plan(fx.GAUDI3, chips=8, framework="jax")  # no JAX image for Gaudi

@@ -216,6 +216,47 @@ def test_hybrid_attention_gives_the_sdpa_logits(
     assert losses[1] == pytest.approx(losses[0], rel=1e-5)
 
 
+class _SdpaAsFusedKernel:
+    """Stands in for Habana's FusedSDPA off Gaudi: the same positional arguments, computed by SDPA.
+    It checks the wiring (GQA, masks, windows, layout); the kernel itself only runs on an HPU."""
+
+    calls = 0
+
+    @classmethod
+    def apply(cls, q, k, v, mask, dropout_p, is_causal, scale):
+        cls.calls += 1
+        assert q.shape == k.shape == v.shape  # GQA expanded before the kernel
+        return torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale
+        )
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma3"])
+@pytest.mark.parametrize("pack", [False, True])
+def test_gaudi_fused_attention_wiring_gives_the_sdpa_logits(
+    tiny_models, chat_dataset: Path, family: str, pack: bool
+) -> None:
+    """The Gaudi flash path hands the kernel what SDPA would compute with: same loss as sdpa, packed
+    rows and sliding windows included."""
+    from accelbench.workers.finetune import gaudi_attention
+
+    tok = ChatTokenizer.from_model_dir(tiny_models[family], family)
+    examples = tokenize_examples(tok, read_jsonl(chat_dataset)[:6], "full")
+    rows, _ = build_rows(examples, 128, pack, tok.pad_id)
+    batch = rows.take(range(len(rows)))
+    name = gaudi_attention.register(_SdpaAsFusedKernel)
+    extra = {"sliding_window": 16} if family == "gemma3" else {}
+    cpu = torch.device("cpu")
+    losses = []
+    for attn in ("sdpa", name):
+        model = AutoModelForCausalLM.from_pretrained(tiny_models[family], attn_implementation=attn, **extra)
+        with torch.no_grad():
+            ce, n = masked_ce_sum(model.eval(), batch, model.config, attn, cpu)
+        losses.append(ce.item() / n.item())
+    assert _SdpaAsFusedKernel.calls > 0
+    assert losses[1] == pytest.approx(losses[0], rel=1e-5)
+
+
 def test_hybrid_attention_refuses_what_it_does_not_implement() -> None:
     from accelbench.workers.finetune import torch_attention
 

@@ -111,6 +111,9 @@ ENV_LOCAL_WORLD_SIZE = "LOCAL_WORLD_SIZE"
 ENV_COMPILE = "ACCELBENCH_COMPILE"  # "1": torch.compile the PyTorch model
 ENV_TORCH_ATTENTION = "ACCELBENCH_TORCH_ATTENTION"  # force a transformers attention implementation
 ENV_JAX_ATTENTION = "ACCELBENCH_JAX_ATTENTION"  # einsum | xla | cudnn | auto
+# Gaudi (spec.gaudi): render writes them; Habana's PyTorch bridge reads the first, the worker the second.
+ENV_HPU_LAZY_MODE = "PT_HPU_LAZY_MODE"
+ENV_HPU_GRAPHS = "ACCELBENCH_HPU_GRAPHS"
 ENV_LOSS_CHUNK = "ACCELBENCH_LOSS_CHUNK"  # JAX: tokens per chunk of the LM head + loss (0 = whole)
 ENV_RANDOM_INIT = "ACCELBENCH_RANDOM_INIT"  # "1": benchmarks only: random weights from config.json
 

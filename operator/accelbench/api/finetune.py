@@ -319,6 +319,36 @@ class PassAtK(ApiModel):
         return self.samples_per_problem if self.samples_per_problem is not None else max(self.k)
 
 
+HPU_GRAPHS_NEED_LAZY = "gaudi.hpuGraphs needs gaudi.lazyMode (HPU graphs are captured from lazy mode)"
+
+
+class GaudiOptions(ApiModel):
+    """Intel Gaudi execution knobs (gaudi2, gaudi3; the planner refuses them elsewhere)."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [cel("!self.hpuGraphs || self.lazyMode", HPU_GRAPHS_NEED_LAZY)]
+        }
+    }
+
+    lazy_mode: bool = Field(
+        default=True,
+        description="PT_HPU_LAZY_MODE: lazy mode accumulates ops into graphs run at each mark_step (the "
+        "worker marks after every backward and optimizer step); false runs eager mode.",
+    )
+    hpu_graphs: bool = Field(
+        default=False,
+        description="Capture the training step's forward and backward as HPU graphs (habana_frameworks' "
+        "ModuleCacher) to cut host overhead; lazy mode only.",
+    )
+
+    @model_validator(mode="after")
+    def _graphs_need_lazy_mode(self) -> GaudiOptions:
+        if self.hpu_graphs and not self.lazy_mode:
+            raise ValueError(HPU_GRAPHS_NEED_LAZY)
+        return self
+
+
 class FinetuneJobSpec(RunControl):
     """Fine-tune a model (LoRA or full) with a JAX or PyTorch worker and report throughput, MFU and cost."""
 
@@ -331,6 +361,7 @@ class FinetuneJobSpec(RunControl):
     )
     accelerator: Accelerator
     parallelism: Parallelism = Field(default_factory=Parallelism)
+    gaudi: GaudiOptions | None = Field(default=None, description="Gaudi execution knobs (gaudi2, gaudi3).")
     image: str | None = Field(default=None, description="Worker image; defaults to the catalog's image.")
     env: list[EnvVar] = Field(default_factory=list, max_length=64)
     env_from: list[EnvFromSource] = Field(

@@ -25,6 +25,8 @@ def plan_finetune(spec: FinetuneJobSpec, catalog: Catalog) -> Plan:
     accel = accelerator(catalog, spec.accelerator.type.value)
     precision = spec.training.precision.value
     _check_precision(precision, accel, framework_for(spec.framework, accel))
+    if spec.gaudi is not None and accel.vendor != "habana":
+        raise PlanError(f"spec.gaudi applies to Gaudi accelerators (gaudi2, gaudi3), not {accel.name}")
     shape = model_shape(spec.model)
     memory_for = _memory_function(spec, shape, accel)
     requested = requested_placement(accel, spec.accelerator.count, spec.accelerator.topology)

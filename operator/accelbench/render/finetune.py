@@ -30,6 +30,9 @@ from typing import Any
 from ..api import FinetuneJob
 from ..api.contract import (
     ENV_COMPLETION_INDEX,
+    ENV_HPU_GRAPHS,
+    ENV_HPU_LAZY_MODE,
+    ENV_JAX_ATTENTION,
     ENV_JAX_COORDINATOR,
     ENV_JAX_PROCESS_ID,
     ENV_JAX_PROCESSES,
@@ -47,6 +50,7 @@ from ..api.contract import (
     ExitCode,
     Role,
 )
+from ..api.finetune import GaudiOptions
 from ..catalog.types import AcceleratorSpec, Catalog
 from ..plan.types import Plan
 from . import accelerator
@@ -110,7 +114,22 @@ def build_distributed_env(job_name: str, service: str, plan: Plan) -> list[dict[
     raise RenderError(f"framework {plan.framework!r} is neither jax nor pytorch")
 
 
-def build_worker_env(job: FinetuneJob, plan: Plan) -> list[dict[str, Any]]:
+def build_execution_env(job: FinetuneJob, plan: Plan, accel: AcceleratorSpec) -> list[dict[str, Any]]:
+    """What training.flashAttention and spec.gaudi ask of the runtime: JAX's attention path (the
+    fused dot_product_attention, cuDNN on GPU, or XLA's plain one), Gaudi's lazy mode and HPU graphs.
+    The PyTorch worker reads flashAttention from the spec itself."""
+    env = []
+    if plan.framework == "jax":
+        fused = "auto" if job.spec.training.flash_attention else "xla"
+        env.append(env_value(ENV_JAX_ATTENTION, fused))
+    if accel.vendor == accelerator.VENDOR_HABANA:
+        gaudi = job.spec.gaudi or GaudiOptions()
+        env.append(env_value(ENV_HPU_LAZY_MODE, "1" if gaudi.lazy_mode else "0"))
+        env.append(env_value(ENV_HPU_GRAPHS, "1" if gaudi.hpu_graphs else "0"))
+    return env
+
+
+def build_worker_env(job: FinetuneJob, plan: Plan, accel: AcceleratorSpec) -> list[dict[str, Any]]:
     name = job.metadata.name
     env = [
         env_value(ENV_JOB, job_payload_json(job, plan)),
@@ -121,6 +140,7 @@ def build_worker_env(job: FinetuneJob, plan: Plan) -> list[dict[str, Any]]:
         *reporter_env(job),
         env_completion_index(ENV_COMPLETION_INDEX),
         *build_distributed_env(train_job_name(name), train_service_name(name), plan),
+        *build_execution_env(job, plan, accel),
     ]
     return merge_env(env, job.spec.env)
 
@@ -154,7 +174,7 @@ def build_worker_storage(job: FinetuneJob) -> tuple[list[dict[str, Any]], list[d
 def build_worker_container(job: FinetuneJob, plan: Plan, accel: AcceleratorSpec) -> dict[str, Any]:
     container = container_base(WORKER_CONTAINER, worker_image(job, plan, accel))
     container["command"] = ["python", "-m", WORKER_MODULE]
-    container["env"] = build_worker_env(job, plan)
+    container["env"] = build_worker_env(job, plan, accel)
     container.update(env_from(job.spec.env_from))
     container["ports"] = [metrics_port_entry()]
     resources = accelerator.merge_resources(

@@ -29,6 +29,9 @@ import torch.nn.functional as F
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 
 NAME = "accelbench_hybrid"  # no "flash" in it: transformers takes such names for flash kernels
+# Attention implementations for whole training rows (no KV cache): generation_attention swaps them
+# for SDPA while the model generates. gaudi_attention adds its own.
+TRAINING_ONLY: set[str] = {NAME}
 
 
 # Arguments some model families pass that change the attention's result (sinks, relative position
@@ -108,7 +111,7 @@ def generation_attention(model: torch.nn.Module) -> Iterator[None]:
     implementation. The model is switched back afterwards."""
     config = getattr(model, "config", None)
     current = getattr(config, "_attn_implementation", None)
-    if current != NAME:
+    if current not in TRAINING_ONLY:
         yield
         return
     model.set_attn_implementation("sdpa")

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ...api.contract import ENV_TORCH_ATTENTION
+from ...api.contract import ENV_HPU_GRAPHS, ENV_TORCH_ATTENTION
 from ...api.finetune import CheckpointFormat, MethodType, ParallelismStrategy, Precision, expand_lora_targets
 from ...api.payload import WorkerPlan
 from ..data import Batch, attention_allowed
@@ -39,6 +39,7 @@ from . import (
     InvalidConfigError,
     StepRecord,
     TrainContext,
+    gaudi_attention,
     learning_rate_at,
     missing_weights,
     torch_attention,
@@ -134,7 +135,7 @@ def choose_attention(flash_requested: bool, device: torch.device) -> tuple[str, 
 
     flashAttention on CUDA: the flash_attn package's kernels when it is installed, else flash
     through SDPA for causal layers and FlexAttention for windowed layers and packed rows
-    (torch_attention.py). Off, or on other devices: SDPA."""
+    (torch_attention.py). On Gaudi: Habana's FusedSDPA (gaudi_attention.py). Off, or elsewhere: SDPA."""
     forced = os.environ.get(ATTENTION_OVERRIDE)
     if forced:
         if forced == torch_attention.NAME:
@@ -142,6 +143,11 @@ def choose_attention(flash_requested: bool, device: torch.device) -> tuple[str, 
         return forced, f"attention forced to {forced} by {ATTENTION_OVERRIDE}"
     if not flash_requested:
         return "sdpa", None
+    if device.type == "hpu":
+        kernel = gaudi_attention.fused_sdpa()
+        if kernel is None:
+            return "sdpa", "flash attention requested but Habana's FusedSDPA is not importable; using sdpa"
+        return gaudi_attention.register(kernel), None
     if device.type != "cuda":
         return "sdpa", f"flash attention requested but unavailable on {device.type}; using sdpa"
     major, minor = torch.cuda.get_device_capability(device)
@@ -150,6 +156,18 @@ def choose_attention(flash_requested: bool, device: torch.device) -> tuple[str, 
     if importlib.util.find_spec("flash_attn") is not None:
         return "flash_attention_2", None
     return torch_attention.register(), None
+
+
+def capture_hpu_graphs(model: torch.nn.Module) -> str:
+    """spec.gaudi.hpuGraphs: Habana's ModuleCacher records the model's forward and backward as HPU
+    graphs and replays them (less host work per step). Returns the note saying what happened."""
+    import habana_frameworks.torch as ht
+
+    cacher = getattr(ht.hpu, "ModuleCacher", None)
+    if cacher is None:
+        return "HPU graphs requested, but this habana_frameworks has no ModuleCacher: ran without"
+    cacher(max_graphs=8)(model=model, inplace=True)
+    return "HPU graphs: the model's forward and backward captured by ModuleCacher"
 
 
 def load_model(ctx: TrainContext, dtype: torch.dtype, attn: str, device: torch.device) -> torch.nn.Module:
@@ -424,6 +442,8 @@ def train(ctx: TrainContext) -> FinetuneOutcome:
         model = apply_lora(model, ctx)
     model.to(device)
     model.train()
+    if device.type == "hpu" and os.environ.get(ENV_HPU_GRAPHS) == "1":
+        notes.append(capture_hpu_graphs(model))
     base = model
     zero3: Zero3 | None = None
     strategy = worker_strategy(ctx.plan) if dist else None
