@@ -199,13 +199,21 @@ def test_hybrid_attention_gives_the_sdpa_logits(
     has no backward on CPU)."""
     from accelbench.workers.finetune import torch_attention
 
+    sdpa, hybrid = losses_by_attention(tiny_models, chat_dataset, family, pack, torch_attention.register())
+    assert hybrid == pytest.approx(sdpa, rel=1e-5)
+
+
+def losses_by_attention(
+    tiny_models, chat_dataset: Path, family: str, pack: bool, name: str
+) -> tuple[float, float]:
+    """(sdpa's loss, `name`'s loss) of one forward over the same rows, packed or not; Gemma 3 with a
+    16-token window, so windows bite within the 128-token rows."""
     tok = ChatTokenizer.from_model_dir(tiny_models[family], family)
     examples = tokenize_examples(tok, read_jsonl(chat_dataset)[:6], "full")
     rows, _ = build_rows(examples, 128, pack, tok.pad_id)
     batch = rows.take(range(len(rows)))
     assert (int(batch["segment_ids"].max()) > 1) == pack
-    name = torch_attention.register()
-    extra = {"sliding_window": 16} if family == "gemma3" else {}  # windows bite within 128 tokens
+    extra = {"sliding_window": 16} if family == "gemma3" else {}
     cpu = torch.device("cpu")
     losses = []
     for attn in ("sdpa", name):
@@ -213,7 +221,7 @@ def test_hybrid_attention_gives_the_sdpa_logits(
         with torch.no_grad():
             ce, n = masked_ce_sum(model.eval(), batch, model.config, attn, cpu)
         losses.append(ce.item() / n.item())
-    assert losses[1] == pytest.approx(losses[0], rel=1e-5)
+    return losses[0], losses[1]
 
 
 class _SdpaAsFusedKernel:
@@ -240,21 +248,10 @@ def test_gaudi_fused_attention_wiring_gives_the_sdpa_logits(
     rows and sliding windows included."""
     from accelbench.workers.finetune import gaudi_attention
 
-    tok = ChatTokenizer.from_model_dir(tiny_models[family], family)
-    examples = tokenize_examples(tok, read_jsonl(chat_dataset)[:6], "full")
-    rows, _ = build_rows(examples, 128, pack, tok.pad_id)
-    batch = rows.take(range(len(rows)))
     name = gaudi_attention.register(_SdpaAsFusedKernel)
-    extra = {"sliding_window": 16} if family == "gemma3" else {}
-    cpu = torch.device("cpu")
-    losses = []
-    for attn in ("sdpa", name):
-        model = AutoModelForCausalLM.from_pretrained(tiny_models[family], attn_implementation=attn, **extra)
-        with torch.no_grad():
-            ce, n = masked_ce_sum(model.eval(), batch, model.config, attn, cpu)
-        losses.append(ce.item() / n.item())
+    sdpa, fused = losses_by_attention(tiny_models, chat_dataset, family, pack, name)
     assert _SdpaAsFusedKernel.calls > 0
-    assert losses[1] == pytest.approx(losses[0], rel=1e-5)
+    assert fused == pytest.approx(sdpa, rel=1e-5)
 
 
 def test_hybrid_attention_refuses_what_it_does_not_implement() -> None:
