@@ -182,8 +182,12 @@ def test_attention_choice_and_its_override(monkeypatch: pytest.MonkeyPatch) -> N
 
     cuda = torch.device("cuda")  # the choice only (nothing runs on it)
     expected = "flash_attention_2" if importlib.util.find_spec("flash_attn") else torch_attention.NAME
-    assert choose_attention(True, cuda) == (expected, None)
-    assert choose_attention(False, cuda) == ("sdpa", None)
+    assert choose_attention(True, cuda, capability=(9, 0)) == (expected, None)
+    assert choose_attention(False, cuda, capability=(9, 0)) == ("sdpa", None)
+    attn, note = choose_attention(True, cuda, capability=(7, 0))  # V100: no flash kernels before sm_80
+    assert attn == "sdpa" and note is not None and "sm_70" in note
+    attn, note = choose_attention(True, torch.device("hpu"))  # no habana_frameworks here
+    assert attn == "sdpa" and note is not None and "FusedSDPA" in note
     monkeypatch.setenv(ATTENTION_OVERRIDE, "flex_attention")
     attn, note = choose_attention(False, cpu)
     assert attn == "flex_attention" and note is not None and ATTENTION_OVERRIDE in note

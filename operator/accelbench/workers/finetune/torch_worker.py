@@ -130,7 +130,9 @@ def peak_memory(device: torch.device) -> int | None:
 ATTENTION_OVERRIDE = ENV_TORCH_ATTENTION
 
 
-def choose_attention(flash_requested: bool, device: torch.device) -> tuple[str, str | None]:
+def choose_attention(
+    flash_requested: bool, device: torch.device, capability: tuple[int, int] | None = None
+) -> tuple[str, str | None]:
     """(attn_implementation, note).
 
     flashAttention on CUDA: the flash_attn package's kernels when it is installed, else flash
@@ -150,7 +152,7 @@ def choose_attention(flash_requested: bool, device: torch.device) -> tuple[str, 
         return gaudi_attention.register(kernel), None
     if device.type != "cuda":
         return "sdpa", f"flash attention requested but unavailable on {device.type}; using sdpa"
-    major, minor = torch.cuda.get_device_capability(device)
+    major, minor = capability or torch.cuda.get_device_capability(device)
     if major < 8:  # V100 (sm_70): FlashAttention and the flash SDPA kernel need sm_80+
         return "sdpa", f"flash attention needs sm_80+, this GPU is sm_{major}{minor}; using sdpa"
     if importlib.util.find_spec("flash_attn") is not None:
