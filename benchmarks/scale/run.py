@@ -671,6 +671,7 @@ def run_peer(
                 last_print = time.monotonic()
             time.sleep(0.25)
         done_at = snapshot(pids)
+        time.sleep(args.settle_seconds)
         steady_from = snapshot(pids)
         time.sleep(args.steady_seconds)
         steady_to = snapshot(pids)
@@ -831,6 +832,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             f"all Jobs at {t_jobs}s, all pods Running at {t_pods}s, all FinetuneJobs Running at {t_running}s"
         )
 
+        time.sleep(args.settle_seconds)  # the passes still queued when the last run said Running
         steady_from = snapshot(pids)
         time.sleep(args.steady_seconds)
         steady_to = snapshot(pids)
@@ -870,6 +872,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "kwok_profile": args.kwok_profile,
                 "create_workers": args.create_workers,
                 "steady_seconds": args.steady_seconds,
+                "settle_seconds": args.settle_seconds,
             },
             "workload": {k: plan[k] for k in ("shapes", "slots", "expected_running")},
             "full_host_shapes_on_these_pools": full_host,
@@ -938,6 +941,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kwok-profile", choices=("hold", "fast", "general"), default="hold")
     parser.add_argument("--create-workers", type=int, default=16)
     parser.add_argument("--steady-seconds", type=float, default=30.0)
+    parser.add_argument(
+        "--settle-seconds",
+        type=float,
+        default=30.0,
+        help="wait this long after every run is Running before the idle window starts (the passes "
+        "and progress reads queued by the last status changes); the same for the peer",
+    )
     parser.add_argument("--timeout", type=float, default=1500.0, help="give up waiting after this many s")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     parser.add_argument(

@@ -72,6 +72,21 @@ def test_only_the_earliest_wake_up_is_kept() -> None:
     assert waited < 1.0 and left == 0
 
 
+def test_the_resync_leaves_out_what_a_timer_will_pass_before_the_next_resync() -> None:
+    """Issue 17: 1,000 Running runs each got a resync pass beside their own timed one."""
+    from accelbench.controller.loop import RESYNC_S, Controller
+
+    async def scenario() -> list[str]:
+        controller = Controller.__new__(Controller)  # the queue and the key list only
+        controller.queue = WorkQueue()
+        controller.known = lambda: ["running", "ttl-tomorrow", "idle"]  # type: ignore[method-assign]
+        controller.queue.add_after("running", RESYNC_S / 2)  # its periodic pass comes first
+        controller.queue.add_after("ttl-tomorrow", 86_400.0)  # too far off to stand for the resync
+        return controller.resync_keys()
+
+    assert asyncio.run(scenario()) == ["ttl-tomorrow", "idle"]
+
+
 def test_backoff_doubles_to_a_cap_and_resets() -> None:
     queue: WorkQueue[str] = WorkQueue()
     delays = [queue.backoff("a") for _ in range(12)]

@@ -76,6 +76,11 @@ class WorkQueue(Generic[K]):
             earlier[1].cancel()
         self._wakeups[key] = (when, loop.call_at(when, self._wake, key))
 
+    def waiting(self, key: K, within_s: float) -> bool:
+        """A timed wake-up is set for `key`, due within `within_s` seconds."""
+        wakeup = self._wakeups.get(key)
+        return wakeup is not None and wakeup[0] - asyncio.get_running_loop().time() <= within_s
+
     def _wake(self, key: K) -> None:
         self._wakeups.pop(key, None)
         self.add(key)
