@@ -31,6 +31,23 @@ def test_finetune_cost_per_million_tokens_and_ratios() -> None:
     assert queued.figures["dollarsPerMillionTokens"] is None and queued.figures["speedRatio"] is None
 
 
+def test_a_finetune_row_says_how_the_work_ran_and_an_unpriced_run_has_no_dollars() -> None:
+    """Same chips, different work: the strategy over several chips and the precision are shown; a
+    run with no known price gets no $/1M tokens and no cost ratio (never a $0 winner)."""
+    zero3 = _ft("zero3", 400.0, 2)
+    zero3["status"]["plan"] = {"chips": 2, "strategy": "zero3"}
+    zero3["spec"] = {"training": {"precision": "fp16"}}
+    one_chip = _ft("one", 300.0, 1)
+    one_chip["status"]["plan"] = {"chips": 1, "strategy": "ddp"}
+    unpriced = _ft("gaudi3", 500.0, 8)
+    del unpriced["status"]["cost"]["dollarsPerChipHour"], unpriced["status"]["cost"]["dollars"]
+    rows = {r.name: r for r in compare([zero3, one_chip, unpriced], [])["FinetuneJob"]}
+    assert (rows["zero3"].setup, rows["one"].setup) == ("zero3 fp16", "bf16")
+    assert rows["gaudi3"].figures["dollarsPerMillionTokens"] is None
+    assert rows["gaudi3"].figures["costRatio"] is None and rows["gaudi3"].figures["speedRatio"] == 1.0
+    assert as_records({"FinetuneJob": [rows["zero3"]]})[0]["setup"] == "zero3 fp16"
+
+
 def test_bench_rows_take_the_status_figures_and_garbage_is_no_number() -> None:
     good = {
         "metadata": {"name": "v6e"},

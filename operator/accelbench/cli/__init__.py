@@ -457,9 +457,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
             continue
         table = Table(title=f"{kind}s", title_justify="left")
         with_cluster = any(r.cluster for r in kind_rows)
-        for heading in (
-            ("cluster", "name", "accelerator", "phase") if with_cluster else ("name", "accelerator", "phase")
-        ):
+        with_setup = any(r.setup for r in kind_rows)
+        headings = ["cluster"] * with_cluster + ["name", "accelerator"] + ["setup"] * with_setup + ["phase"]
+        for heading in headings:
             table.add_column(heading)
         for heading, _ in columns[kind]:
             table.add_column(heading, justify="right")
@@ -467,7 +467,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
             name = r.name if not args.all_namespaces else f"{r.namespace}/{r.name}"
             cells = [format_value(key, r.figures.get(key)) for _, key in columns[kind]]
             lead: list[str] = [r.cluster] if with_cluster else []
-            table.add_row(*lead, name, r.accelerator, r.phase, *cells)
+            setup = [r.setup] if with_setup else []
+            table.add_row(*lead, name, r.accelerator, *setup, r.phase, *cells)
         console.print(table)
     if not any(rows.values()):
         console.print("no FinetuneJobs or InferenceBenches found")

@@ -27,6 +27,7 @@ class Row:
     phase: str
     figures: dict[str, float | None] = field(default_factory=dict)
     cluster: str = ""  # where it ran: a results artifact's cluster; "" for the cluster read now
+    setup: str = ""  # how a fine-tune ran: its parallelism strategy over several chips and precision
 
 
 FINETUNE_COLUMNS = (
@@ -74,7 +75,16 @@ def finetune_row(obj: Mapping[str, Any]) -> Row:
         "dollarsPerHour": hourly,
         "dollarsPerMillionTokens": per_million,
     }
-    return _row("FinetuneJob", obj, figures)
+    return replace(_row("FinetuneJob", obj, figures), setup=finetune_setup(obj))
+
+
+def finetune_setup(obj: Mapping[str, Any]) -> str:
+    """'fsdp bf16', 'zero3 fp16', or the precision alone on one chip: what makes two runs on the
+    same chips different work."""
+    plan = (obj.get("status") or {}).get("plan") or {}
+    training = (obj.get("spec") or {}).get("training") or {}
+    strategy = plan.get("strategy") if (_number(plan.get("chips")) or 1) > 1 else None
+    return " ".join(str(part) for part in (strategy, training.get("precision") or "bf16") if part)
 
 
 def bench_row(obj: Mapping[str, Any]) -> Row:
@@ -176,7 +186,7 @@ def as_records(rows: dict[str, list[Row]]) -> list[dict[str, Any]]:
     """Flat records for -o json."""
     return [
         {"kind": r.kind, "cluster": r.cluster, "namespace": r.namespace, "name": r.name,
-         "accelerator": r.accelerator, "phase": r.phase, **r.figures}
+         "accelerator": r.accelerator, "setup": r.setup, "phase": r.phase, **r.figures}
         for kind_rows in rows.values()
         for r in kind_rows
     ]  # fmt: skip
