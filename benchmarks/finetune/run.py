@@ -59,6 +59,7 @@ class Case:
     compile: bool = False  # ACCELBENCH_COMPILE=1 (torch.compile); JAX always jits
     about: str = ""
     micro: int | None = None  # rows per forward/backward; None: = batch (no accumulation)
+    precision: str = "bf16"  # fp16: mixed precision with a gradient scaler (the V100 path)
 
     @property
     def micro_batch(self) -> int:
@@ -152,6 +153,26 @@ CASES: list[Case] = [
         16,
         micro=8,
         about="1B full FT, XLA, 2 micro-batches of 8 per optimizer step",
+    ),
+    Case(
+        "1b-full-torch-fp16",
+        "pytorch",
+        "1b",
+        "full",
+        2048,
+        8,
+        precision="fp16",
+        about="1B full FT, eager, fp16 autocast + GradScaler, fp32 weights",
+    ),
+    Case(
+        "1b-lora-torch-fp16",
+        "pytorch",
+        "1b",
+        "lora",
+        2048,
+        8,
+        precision="fp16",
+        about="1B LoRA r64 all projections, eager, fp16 base, fp16 autocast + GradScaler",
     ),
 ]
 
@@ -358,7 +379,7 @@ def manifest(
                 "schedule": "constant",
                 "lossOn": "full",
                 "packing": True,
-                "precision": "bf16",
+                "precision": case.precision,
                 "gradientCheckpointing": case.gradient_checkpointing,
                 "seed": 0,
             },
@@ -429,6 +450,8 @@ def case_row(record: dict[str, Any]) -> str:
         engine = "XLA jit"
     if versions.get("attention"):
         engine += f", {versions['attention']}"
+    if record.get("precision", "bf16") != "bf16":
+        engine += f", {record['precision']}"
     anchor = record.get("anchor")
     anchor_text = f"{anchor['tokens_per_second']:,.0f} ({pct(anchor['mfu'])})" if anchor else "–"
     layers = record.get("layers")
@@ -474,7 +497,7 @@ def markdown(results: dict[str, Any]) -> str:
         f"{meta['machine']['memory']}, GPUs: {'; '.join(meta['machine']['gpus']) or 'none'}",
         f"- python {probe.get('python', '?')}: {versions}",
         f"- steps {meta['steps']} per case, the first {meta['warmup']} left out of tokens/s and MFU; "
-        f"data: {meta['data']}; lossOn full, bf16, micro batch = global batch unless the batch "
+        f"data: {meta['data']}; lossOn full, bf16 unless the engine column names another precision, micro batch = global batch unless the batch "
         "column says (rows per forward/backward)",
         "- weights: "
         + (

@@ -542,6 +542,7 @@ def train(ctx: TrainContext) -> FinetuneOutcome:
 
     if skipped_steps:
         notes.append(f"fp16 loss scaling skipped {skipped_steps} of {len(records)} steps on overflow")
+        ctx.log(f"note: {notes[-1]}")
     eval_loss = evaluate(model, ctx, config, attn, device, dist)
     if eval_loss is not None:
         evals.append((total_steps, eval_loss))
