@@ -497,8 +497,8 @@ def markdown(results: dict[str, Any]) -> str:
         f"{meta['machine']['memory']}, GPUs: {'; '.join(meta['machine']['gpus']) or 'none'}",
         f"- python {probe.get('python', '?')}: {versions}",
         f"- steps {meta['steps']} per case, the first {meta['warmup']} left out of tokens/s and MFU; "
-        f"data: {meta['data']}; lossOn full, bf16 unless the engine column names another precision, micro batch = global batch unless the batch "
-        "column says (rows per forward/backward)",
+        f"data: {meta['data']}; lossOn full, bf16 unless the engine column names another precision, "
+        "micro batch = global batch unless the batch column says (rows per forward/backward)",
         "- weights: "
         + (
             "random, made on the device by the worker from a config-only dir (ACCELBENCH_RANDOM_INIT=1)"
