@@ -14,6 +14,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from accelbench.api import parse_termination_message
+from accelbench.api.finetune import Precision
 from accelbench.workers import InvalidConfigError
 from accelbench.workers.data import ChatTokenizer, build_rows, read_jsonl, tokenize_examples
 from accelbench.workers.finetune.__main__ import RunOptions, run_job
@@ -58,6 +59,26 @@ def test_fp16_mixed_precision_learns_and_starts_where_fp32_does(manifest_for, me
     assert fp16.finetune.first_loss == pytest.approx(fp32.finetune.first_loss, rel=1e-2)
     assert fp16.finetune.first_loss != fp32.finetune.first_loss  # the math did run in fp16
     assert fp16.finetune.final_loss < fp16.finetune.first_loss - 0.05, fp16.finetune.loss_history
+
+
+def test_bf16_lora_runs_its_adapters_under_autocast_and_learns(manifest_for) -> None:
+    """bf16 LoRA autocasts (the fp32 adapters' matmuls in bf16); ACCELBENCH_LORA_AUTOCAST=0 is the
+    fp32-adapter path. Both learn and start at the same loss to bf16 rounding."""
+    from accelbench.workers.finetune.torch_worker import autocast_dtype
+
+    assert autocast_dtype(Precision.BF16, True) == torch.bfloat16
+    assert autocast_dtype(Precision.BF16, True, lora_autocast=False) is None
+    assert autocast_dtype(Precision.BF16, False) is None  # bf16 weights: nothing to cast
+    assert autocast_dtype(Precision.FP16, False) == torch.float16
+    assert autocast_dtype(Precision.FP32, True) is None
+    training = {"maxSteps": 6, "learningRate": 1e-2, "precision": "bf16"}
+    manifest = manifest_for("llama", method={"type": "lora", "rank": 8}, training=training)
+    auto, code = _run(manifest)
+    plain, plain_code = _run(manifest, RunOptions(serve_metrics=False, log=lambda _: None,
+                                                 env={"ACCELBENCH_LORA_AUTOCAST": "0"}))  # fmt: skip
+    assert code == 0 and plain_code == 0, (auto.error, plain.error)
+    assert auto.finetune.first_loss == pytest.approx(plain.finetune.first_loss, rel=2e-2)
+    assert auto.finetune.final_loss < auto.finetune.first_loss - 0.05, auto.finetune.loss_history
 
 
 @pytest.mark.parametrize("family", ["llama", "gemma3"])

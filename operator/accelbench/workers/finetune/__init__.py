@@ -79,6 +79,7 @@ class TrainContext:
     output_dir: Path | None = None  # local path to write weights to; None = do not save
     warmup_steps_excluded: int = 1  # steps left out of tokens/s (compilation, allocator warm-up)
     compile: bool = False  # ENV_COMPILE=1: torch.compile (JAX always jits)
+    lora_autocast: bool = True  # ENV_LORA_AUTOCAST=0: bf16 LoRA without autocast (benchmark A/B)
     random_init: bool = False  # ENV_RANDOM_INIT=1: random weights on the device (benchmarks only)
     log: Callable[[str], None] = print
     pass_at_k: PassAtKTask | None = None  # spec.passAtK with its problems loaded; None = not asked for

@@ -309,13 +309,13 @@ def masked_ce_sum(
     attn: str,
     device: torch.device,
     loss_fn: LossFn = forward_ce,
-    fp16: bool = False,
+    autocast: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(sum(ce·mask), sum(mask)) of one micro-batch (`loss_fn` is forward_ce, maybe compiled).
-    fp16: the forward runs under fp16 autocast (the loss itself autocasts to fp32)."""
+    autocast: the forward runs under autocast to that dtype (the loss itself autocasts to fp32)."""
     t = to_device(batch, device)
     mask = attention_mask_for(batch["segment_ids"], config, attn, device)
-    amp = torch.autocast(device.type, dtype=torch.float16) if fp16 else contextlib.nullcontext()
+    amp = torch.autocast(device.type, dtype=autocast) if autocast is not None else contextlib.nullcontext()
     with amp:
         return loss_fn(model, t["input_ids"], t["positions"], mask, t["targets"], t["loss_mask"])
 
@@ -328,6 +328,22 @@ def weights_dtype(precision: Precision, lora: bool) -> torch.dtype:
     if precision == Precision.FP16 and lora:
         return torch.float16
     return torch.float32
+
+
+def autocast_dtype(precision: Precision, lora: bool, lora_autocast: bool = True) -> torch.dtype | None:
+    """The dtype the forward autocasts to, or None.
+
+    fp16: always (mixed precision over fp32 trained weights). bf16 LoRA: PEFT keeps the adapters in
+    fp32 and casts each projection's input to fp32 for them, so every adapter matmul runs in fp32
+    beside a bf16 base; under bf16 autocast they run in bf16 while their weights, gradients and
+    optimizer state stay fp32 (fp16 LoRA, which autocasts, ran 1.35x bf16 LoRA's tokens/s on one
+    H200: benchmarks/finetune run 14). bf16 full: the weights are bf16 already. `lora_autocast`
+    False (ENV_LORA_AUTOCAST=0) turns the bf16 LoRA case off: an A/B switch for the benchmarks."""
+    if precision == Precision.FP16:
+        return torch.float16
+    if precision == Precision.BF16 and lora and lora_autocast:
+        return torch.bfloat16
+    return None
 
 
 def gradient_scaler(precision: Precision, device: torch.device, sharded: bool) -> Any:
@@ -391,7 +407,13 @@ def no_sync(model: torch.nn.Module, last: bool) -> contextlib.AbstractContextMan
 
 @torch.no_grad()
 def evaluate(
-    model: torch.nn.Module, ctx: TrainContext, config: Any, attn: str, device: torch.device, dist: bool
+    model: torch.nn.Module,
+    ctx: TrainContext,
+    config: Any,
+    attn: str,
+    device: torch.device,
+    dist: bool,
+    autocast: torch.dtype | None = None,
 ) -> float | None:
     data = ctx.data
     if len(data.held_out) == 0:
@@ -399,9 +421,8 @@ def evaluate(
     model.eval()
     total = torch.zeros(2, dtype=torch.float64, device=device)
     batch_size = data.micro_batch_size(ctx.dist.world_size)
-    fp16 = ctx.job.spec.training.precision == Precision.FP16
     for batch in data.eval_batches(ctx.dist.rank, ctx.dist.world_size, batch_size):
-        ce_sum, count = masked_ce_sum(model, batch, config, attn, device, fp16=fp16)
+        ce_sum, count = masked_ce_sum(model, batch, config, attn, device, autocast=autocast)
         total += torch.stack([ce_sum.double(), count.double()])
     model.train()
     all_reduce_sum(total, dist)
@@ -422,7 +443,6 @@ def train(ctx: TrainContext) -> FinetuneOutcome:
 
     lora = spec.method.type == MethodType.LORA
     dtype = weights_dtype(training.precision, lora)
-    fp16 = training.precision == Precision.FP16
     attn, note = choose_attention(training.flash_attention, device)
     if note:
         notes.append(note)
@@ -469,8 +489,8 @@ def train(ctx: TrainContext) -> FinetuneOutcome:
     param_groups = zero3.param_groups if zero3 is not None else optimizer.param_groups
     # Eval stays eager: it runs a few times, and in no_grad mode it would be a second compile.
     loss_fn: LossFn = torch.compile(forward_ce) if ctx.compile else forward_ce
-    # fp16 under zero3 is DeepSpeed's own mode (a half model and its loss scaler): no autocast there.
-    autocast_fp16 = fp16 and zero3 is None
+    # fp16 and bf16 under zero3 are DeepSpeed's own modes (a half or bf16 model): no autocast there.
+    autocast = autocast_dtype(training.precision, lora, ctx.lora_autocast) if zero3 is None else None
     sharded = dist and ctx.plan.fsdp > 1
     scaler = None if zero3 is not None else gradient_scaler(training.precision, device, sharded)
     skipped_steps = 0  # fp16: steps the scaler skipped for an overflow (the scale halves instead)
@@ -496,7 +516,7 @@ def train(ctx: TrainContext) -> FinetuneOutcome:
         for k, batch in enumerate(micro):
             last = k == len(micro) - 1
             with no_sync(model, last or zero3 is not None):  # ZeRO-3 reduces at its own boundary
-                ce_sum, _ = masked_ce_sum(model, batch, config, attn, device, loss_fn, fp16=autocast_fp16)
+                ce_sum, _ = masked_ce_sum(model, batch, config, attn, device, loss_fn, autocast=autocast)
                 # DDP, FSDP and ZeRO average gradients over ranks; × world makes it the global-token mean.
                 scaled = ce_sum * (world / step_batch.global_loss_tokens)
                 if zero3 is not None:
@@ -535,7 +555,7 @@ def train(ctx: TrainContext) -> FinetuneOutcome:
         ctx.metrics.on_step(step_batch.step, total_steps, loss, tps, mfu)
         every = training.eval_every_steps
         if every and step_batch.step % every == 0 and step_batch.step < total_steps:
-            value = evaluate(model, ctx, config, attn, device, dist)
+            value = evaluate(model, ctx, config, attn, device, dist, autocast)
             if value is not None:
                 evals.append((step_batch.step, value))
                 ctx.metrics.on_eval(step_batch.step, value)
@@ -543,7 +563,7 @@ def train(ctx: TrainContext) -> FinetuneOutcome:
     if skipped_steps:
         notes.append(f"fp16 loss scaling skipped {skipped_steps} of {len(records)} steps on overflow")
         ctx.log(f"note: {notes[-1]}")
-    eval_loss = evaluate(model, ctx, config, attn, device, dist)
+    eval_loss = evaluate(model, ctx, config, attn, device, dist, autocast)
     if eval_loss is not None:
         evals.append((total_steps, eval_loss))
         ctx.metrics.on_eval(total_steps, eval_loss)
