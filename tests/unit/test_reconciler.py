@@ -11,11 +11,18 @@ from typing import Any
 
 import pytest
 from kubernetes.client.exceptions import ApiException
-from test_status import NOW, PRICED, body_with, recorded
+from test_status import NOW, PRICED, body_with, job_time, recorded
 
 from accelbench.catalog import load_catalog
 from accelbench.controller.metrics import Metrics
-from accelbench.controller.reconciler import Snapshot, create_waves, foreign_holder, next_pass, reconcile
+from accelbench.controller.reconciler import (
+    STOP_JOBS_AFTER_S,
+    Snapshot,
+    create_waves,
+    foreign_holder,
+    next_pass,
+    reconcile,
+)
 from accelbench.controller.state import ControllerState
 
 
@@ -445,6 +452,32 @@ def test_a_new_run_posts_its_role_before_the_binding_to_it(state: ControllerStat
     run(state, copy.deepcopy(MANIFEST))
     kinds = [c["kind"] for c in state.kube.created]  # type: ignore[attr-defined]
     assert kinds.index("Role") < kinds.index("RoleBinding") < kinds.index("Job") == len(kinds) - 1
+
+
+def test_the_pass_that_ends_a_run_looks_again_soon_and_that_pass_stops_its_jobs(
+    state: ControllerState,
+) -> None:
+    """Deletes follow the stored status, so the pass that ends a run cannot delete its Jobs; it asks
+    for the next one at once instead of waiting for an event (a bench client deleted while the
+    operator was down sends none: its server ran on until the resync)."""
+    case = recorded("finetune_complete")
+    jobs, pods = [case["job"]], case["pods"]
+    later = job_time(case, "completionTime", 10)  # a TTL of 0 has run out
+
+    def pass_over(status: dict[str, Any], ttl: int | None = 0) -> Any:
+        body = body_with(status)
+        if ttl is not None:
+            body["spec"]["ttlSecondsAfterFinished"] = ttl
+        state.kube.status_writes.clear()  # type: ignore[attr-defined]
+        return reconcile(Snapshot(KEY, body, jobs, pods), state, later)
+
+    ended = pass_over(dict(PRICED))
+    assert written(state)["phase"] == "Succeeded" and state.kube.deleted == []  # type: ignore[attr-defined]
+    assert ended.requeue_after == STOP_JOBS_AFTER_S
+    pass_over({**PRICED, **written(state)})
+    assert state.kube.deleted == [case["job"]["metadata"]["name"]]  # type: ignore[attr-defined]
+    # Without Jobs left to stop, the pass that ends a run waits for events as before.
+    assert pass_over(dict(PRICED), ttl=None).requeue_after != STOP_JOBS_AFTER_S
 
 
 def test_when_to_look_again() -> None:

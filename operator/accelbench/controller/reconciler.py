@@ -71,6 +71,7 @@ log = logging.getLogger(__name__)
 # Progress read and billing clock of a Running run (the e2e suite sets 1 s).
 RUNNING_PASS_S = float(os.environ.get(ENV_OPERATOR_OBSERVE_INTERVAL, "5"))
 WAITING_PASS_S = 15.0  # graces (report, vanished Job) and FailedCreate of an unfinished run
+STOP_JOBS_AFTER_S = 1.0  # the pass after the one that ended a run, which deletes its Jobs
 CONFLICT_RETRY_S = 30.0  # a foreign object holds a child's name: look again (the user may remove it)
 PREVIOUS_RUN_RETRY_S = 3.0  # the same-named resource's old child is being garbage-collected
 QUOTA_RETRY_S = 30.0  # a ResourceQuota refused a child: apply again once others may have freed it
@@ -448,7 +449,21 @@ def observe_children(snap: Snapshot, w: Writes, state: ControllerState, now: dat
         log.info(why, f"{namespace}/{job_name}")
     if failed_delete:
         return Outcome(label, retry=True)
+    if not is_terminal(stored) and is_terminal(w.status) and jobs_to_stop(spec, w.status, snap.jobs, now):
+        # This pass ended the run; its Jobs go on the next pass, once the outcome is stored. No event
+        # need come to bring that pass (a client deleted while the operator was down sends none).
+        return Outcome(label, requeue_after=STOP_JOBS_AFTER_S)
     return Outcome(label, requeue_after=next_pass(spec, w.status, now))
+
+
+def jobs_to_stop(
+    spec: Mapping[str, Any], status: Mapping[str, Any], jobs: Sequence[Mapping[str, Any]], now: datetime
+) -> bool:
+    """A status like `status`, once stored, has Jobs to delete (a server to stop, a client left, a TTL
+    that has run out)."""
+    return bool(
+        server_to_stop(status, jobs) or client_to_stop(status, jobs) or jobs_to_clean(spec, status, jobs, now)
+    )
 
 
 def next_pass(spec: Mapping[str, Any], status: Mapping[str, Any], now: datetime) -> float | None:
