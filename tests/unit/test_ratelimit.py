@@ -40,6 +40,20 @@ def test_idle_time_refills_the_bucket_up_to_the_burst_only() -> None:
     assert [bucket.acquire() for _ in range(6)] == [0.0] * 5 + [pytest.approx(0.1)]
 
 
+def test_try_acquire_takes_a_token_only_when_one_is_there_and_never_waits() -> None:
+    clock = Clock()
+    bucket = TokenBucket(qps=2, burst=3, clock=clock, sleep=clock.sleep)
+    assert [bucket.try_acquire() for _ in range(4)] == [True, True, True, False]
+    assert clock.slept == [] and bucket.waited_s == 0.0
+    clock.now += 0.4  # 0.8 of a token
+    assert not bucket.try_acquire()
+    clock.now += 0.1
+    assert bucket.try_acquire() and not bucket.try_acquire()
+    bucket.pause(5)
+    clock.now += 3  # tokens again, but the server asked for a pause
+    assert not bucket.try_acquire()
+
+
 def test_a_429_pauses_every_request_for_its_retry_after_capped() -> None:
     clock = Clock()
     bucket = TokenBucket(qps=100, burst=100, clock=clock, sleep=clock.sleep)

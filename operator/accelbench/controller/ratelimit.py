@@ -36,12 +36,17 @@ class TokenBucket:
         self._paused_until = 0.0
         self.waited_s = 0.0  # total time requests waited here (exported as a metric)
 
+    def _refill(self) -> float:
+        """Add the tokens earned since the last call (lock held); the clock's now."""
+        now = self._clock()
+        self._tokens = min(float(self.burst), self._tokens + (now - self._stamp) * self.qps)
+        self._stamp = now
+        return now
+
     def _reserve(self) -> float:
         """Take a token now (the balance may go negative); how long the caller must wait for it."""
         with self._lock:
-            now = self._clock()
-            self._tokens = min(float(self.burst), self._tokens + (now - self._stamp) * self.qps)
-            self._stamp = now
+            now = self._refill()
             self._tokens -= 1.0
             wait = max(-self._tokens / self.qps if self._tokens < 0 else 0.0, self._paused_until - now)
             self.waited_s += wait
@@ -53,6 +58,15 @@ class TokenBucket:
         if wait > 0:
             self._sleep(wait)
         return wait
+
+    def try_acquire(self) -> bool:
+        """Take a token if one is there now; never waits (for work that can be left to later)."""
+        with self._lock:
+            now = self._refill()
+            if self._tokens < 1.0 or now < self._paused_until:
+                return False
+            self._tokens -= 1.0
+            return True
 
     def pause(self, seconds: float) -> None:
         """The server asked for a pause (429 Retry-After): every request waits it out."""

@@ -336,13 +336,25 @@ def client_to_resume(
     return None
 
 
-# A Job this old with no pod of its own is asked why (its FailedCreate Events), then again at most
-# every ASK_WHY_EVERY: a read of a stuck run only, never of a healthy one. The read is a
-# field-selected LIST the apiserver answers by scanning the namespace's Events, so while 1,000 runs
-# start and the Job controller lags (benchmarks/scale: pods up to a minute behind their Jobs) asking
-# on every pass after 5 s cost ~1,100 such LISTs. A refusal is a steady state: seconds late is fine.
+# A Job this old with no pod of its own is asked why (its FailedCreate Events): a read of a stuck
+# run only, never of a healthy one. The read is a field-selected LIST the apiserver answers by
+# scanning the namespace's Events, so while thousands of runs start and the Job controller lags, the
+# asks themselves can swamp the apiserver: 5,000 runs on the scale benchmark made 4,047 such LISTs,
+# 6.2 s each, 25,000 s of apiserver time, more than every other request together, and statuses
+# trailed their pods by minutes. So a Job is asked again after a doubling interval (15 s, 30 s, ...
+# ASK_WHY_MAX), and the whole operator asks at most ASK_WHY_QPS a second (state.ask_why_budget);
+# a pass that finds no token leaves the question to a later pass. A refusal is a steady state:
+# being seconds (or a few minutes, in such a backlog) late to say so is fine.
 POD_CREATE_GRACE = timedelta(seconds=15)
 ASK_WHY_EVERY = timedelta(seconds=15)
+ASK_WHY_MAX = timedelta(seconds=240)
+ASK_WHY_QPS = 1.0
+ASK_WHY_BURST = 5
+
+
+def ask_why_again_after(asks: int) -> timedelta:
+    """How long the answer of a Job asked `asks` times stands before it is asked again."""
+    return min(ASK_WHY_MAX, ASK_WHY_EVERY * 2 ** max(asks - 1, 0))
 
 
 def pods_not_due_yet(

@@ -39,7 +39,7 @@ from .manifest import manifest_of, spec_error_message
 from .observe import pods_refused
 from .progress import PROGRESS_ROLE, final_progress, same_progress
 from .reconcile import (
-    ASK_WHY_EVERY,
+    ask_why_again_after,
     client_to_resume,
     client_to_stop,
     job_vanished,
@@ -362,8 +362,12 @@ def _refusals(
     found: dict[str, str] = {}
     for job_name, job_uid in jobs_to_ask_why(status, snap.jobs, snap.pods, now):
         asked = state.asked_why.get(job_uid)
-        if asked is not None and now - asked[0] < ASK_WHY_EVERY:
-            refused = asked[1]  # the last answer stands until it is asked again
+        if asked is not None and now - asked.when < ask_why_again_after(asked.asks):
+            refused = asked.refused  # the last answer stands until it is asked again
+        elif not state.ask_why_budget.try_acquire():
+            if asked is None:
+                continue  # the operator's asks are spent for now: a later pass asks
+            refused = asked.refused
         else:
             try:
                 refused = pods_refused(state.kube.events_about(namespace, job_uid))

@@ -28,6 +28,7 @@ from ..render import NetworkPolicies
 from .kube import Kube
 from .metrics import Metrics
 from .ratelimit import TokenBucket
+from .reconcile import ASK_WHY_BURST, ASK_WHY_QPS
 
 SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 DEFAULT_OPERATOR_NAMESPACE = "accelbench-system"
@@ -78,6 +79,19 @@ def network_policies(env: dict[str, str] | None = None) -> NetworkPolicies | Non
 ASKED_WHY_KEPT = 1024
 
 
+@dataclass(frozen=True)
+class AskedWhy:
+    """The last read of a pod-less Job's Events (reconcile.ask_why_again_after)."""
+
+    when: datetime
+    refused: str | None  # the refusal they said, None when none
+    asks: int  # reads so far: the interval to the next one doubles with each
+
+
+def ask_why_budget() -> TokenBucket:
+    return TokenBucket(ASK_WHY_QPS, ASK_WHY_BURST)
+
+
 @dataclass
 class ControllerState:
     """Shared by every handler through kopf's memo (each object's memo is a shallow copy of this one)."""
@@ -89,16 +103,18 @@ class ControllerState:
     catalog_ttl_s: float = 60.0
     network: NetworkPolicies | None = None  # each run's NetworkPolicies (render/network.py)
     cluster: str | None = field(default_factory=lambda: os.environ.get(ENV_OPERATOR_CLUSTER_NAME) or None)
-    # Job uid -> (when its Events were last read, the refusal they said): see reconcile.ASK_WHY_EVERY.
-    asked_why: dict[str, tuple[datetime, str | None]] = field(default_factory=dict, repr=False)
+    # Job uid -> its last ask; every ask takes a token of the budget (reconcile.ASK_WHY_QPS).
+    asked_why: dict[str, AskedWhy] = field(default_factory=dict, repr=False)
+    ask_why_budget: TokenBucket = field(default_factory=ask_why_budget, repr=False)
     _catalog: Catalog | None = field(default=None, repr=False)
     _loaded_at: float = field(default=float("-inf"), repr=False)
 
     def remember_asked_why(self, job_uid: str, now: datetime, refused: str | None) -> None:
-        self.asked_why[job_uid] = (now, refused)
+        before = self.asked_why.get(job_uid)
+        self.asked_why[job_uid] = AskedWhy(now, refused, (before.asks if before else 0) + 1)
         if len(self.asked_why) > ASKED_WHY_KEPT:  # Jobs long gone or long started: forget them
             old = now - timedelta(minutes=10)
-            for uid in [u for u, (when, _) in self.asked_why.items() if when < old]:
+            for uid in [u for u, asked in self.asked_why.items() if asked.when < old]:
                 self.asked_why.pop(uid, None)
 
     def catalog(self) -> Catalog:
