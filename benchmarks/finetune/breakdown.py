@@ -46,14 +46,14 @@ def timed(fn: Any, *args: Any, repeats: int = 10) -> tuple[float, float]:
 
 def build(size: str, method: str, seq: int, layers: int | None) -> tuple[Any, Any, dict[str, Any]]:
     import jax.numpy as jnp
-    from child import catalog_shape, gemma3_config
+    from child import catalog_shape, model_config
     from flax import nnx
 
     from accelbench.jaxmodels import Transformer
     from accelbench.jaxmodels.config import config_from_hf
 
     shape = catalog_shape({"size": size, "layers": layers})
-    hf = gemma3_config(shape, seq)
+    hf = model_config(shape, seq)
     cfg_dict = hf.to_dict()
     cfg = config_from_hf(cfg_dict)
     model = Transformer(

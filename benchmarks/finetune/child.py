@@ -148,42 +148,45 @@ def layer_types(layers: int, local_per_global: int | None) -> list[str]:
     ]
 
 
+# What the catalog keys of each family hold beyond the common shape (None where a family has none).
+FAMILY_KEYS: dict[str, tuple[str, ...]] = {
+    "gemma3": ("sliding_window", "local_per_global"),
+    "gemma4": ("sliding_window", "local_per_global", "global_head_dim", "global_kv_heads"),
+    "llama": (),
+}
+
+
 def catalog_shape(spec: dict[str, Any]) -> dict[str, Any]:
-    """The catalog's gemma3 shape for spec["size"], with spec["overrides"] (dry run) and spec["layers"]
-    (reduced depth) applied; full_layers keeps the catalog depth."""
+    """The catalog's shape of spec["family"] (gemma3 when left out) at spec["size"], with
+    spec["overrides"] (dry run) and spec["layers"] (reduced depth) applied; full_layers keeps the
+    catalog depth."""
     from accelbench.catalog import model_shape
 
-    base = model_shape("gemma3", spec["size"])
-    shape: dict[str, Any] = {
-        key: getattr(base, key)
-        for key in (
-            "layers",
-            "hidden",
-            "heads",
-            "kv_heads",
-            "head_dim",
-            "intermediate",
-            "vocab",
-            "sliding_window",
-            "local_per_global",
-        )
-    }
+    family = spec.get("family", "gemma3")
+    base = model_shape(family, spec["size"])
+    keys = ("layers", "hidden", "heads", "kv_heads", "head_dim", "intermediate", "vocab")
+    shape: dict[str, Any] = {key: getattr(base, key) for key in keys + FAMILY_KEYS[family]}
+    shape.setdefault("local_per_global", None)
+    shape["family"] = family
     shape.update(spec.get("overrides") or {})
     shape["full_layers"] = shape["layers"]
     if spec.get("layers"):
         shape["layers"] = min(int(spec["layers"]), shape["full_layers"])
-    # Gemma 3 27B scales queries by (hidden / heads)^-1/2, the smaller sizes by head_dim^-1/2.
-    big = spec["size"] == "27b"
-    shape["query_pre_attn_scalar"] = shape["hidden"] // shape["heads"] if big else shape["head_dim"]
+    if family == "gemma3":
+        # Gemma 3 27B scales queries by (hidden / heads)^-1/2, the smaller sizes by head_dim^-1/2.
+        big = spec["size"] == "27b"
+        shape["query_pre_attn_scalar"] = shape["hidden"] // shape["heads"] if big else shape["head_dim"]
     return shape
 
 
-def gemma3_config(shape: dict[str, Any], max_seq: int) -> Any:
-    """A transformers Gemma 3 config at `shape` (catalog_shape), bf16, via the tests' tiny_config."""
+def model_config(shape: dict[str, Any], max_seq: int) -> Any:
+    """A transformers config of shape["family"] at `shape` (catalog_shape), bf16, via the tests'
+    tiny_config, with the catalog's layer pattern instead of the tests' 16-token alternation."""
     from accelbench.workers.testing import tiny_config
 
+    family = shape["family"]
     config = tiny_config(
-        "gemma3",
+        family,
         vocab_size=shape["vocab"],
         layers=shape["layers"],
         hidden=shape["hidden"],
@@ -193,10 +196,18 @@ def gemma3_config(shape: dict[str, Any], max_seq: int) -> Any:
         intermediate=shape["intermediate"],
         dtype="bfloat16",
     )
-    # tiny_config alternates local/global layers with a 16-token window; use the catalog's pattern.
-    config.sliding_window = shape["sliding_window"]
-    config.layer_types = layer_types(shape["layers"], shape["local_per_global"])
-    config.query_pre_attn_scalar = shape["query_pre_attn_scalar"]
+    if family in ("gemma3", "gemma4"):
+        config.sliding_window = shape["sliding_window"]
+        config.layer_types = layer_types(shape["layers"], shape["local_per_global"])
+    if family == "gemma3":
+        config.query_pre_attn_scalar = shape["query_pre_attn_scalar"]
+    if family == "gemma4":
+        # The 31B's own values where the tests' tiny shape picks small ones (catalog gemma4 31b).
+        config.global_head_dim = shape["global_head_dim"]
+        config.num_global_key_value_heads = shape["global_kv_heads"]
+        config.final_logit_softcapping = 30.0
+    if family == "llama":
+        config.rope_theta = 500_000.0  # Llama 3.1; no effect on speed
     config.max_position_embeddings = max(int(config.max_position_embeddings), max_seq)
     return config
 
@@ -231,11 +242,12 @@ def build_model(spec: dict[str, Any]) -> dict[str, Any]:
     directory.mkdir(parents=True, exist_ok=True)
     for old in directory.glob("*.safetensors*"):
         old.unlink()
-    tokenizer = build_tokenizer("gemma3")
-    config = gemma3_config(shape, int(spec["max_seq"]))
+    family = shape["family"]
+    tokenizer = build_tokenizer(family)
+    config = model_config(shape, int(spec["max_seq"]))
     if spec.get("config_only"):
         config.save_pretrained(directory)
-        write_tokenizer_files(directory, "gemma3", tokenizer)
+        write_tokenizer_files(directory, family, tokenizer)
         marker.write_text(json.dumps(spec))
         parameters = count_parameters(config)
         log(f"wrote config.json and tokenizer files of {parameters / 1e9:.3f} B parameters to {directory}")
@@ -256,7 +268,7 @@ def build_model(spec: dict[str, Any]) -> dict[str, Any]:
     log(f"initialized {parameters / 1e9:.3f} B parameters on {device} in {time.perf_counter() - tick:.1f}s")
     tick = time.perf_counter()
     model.save_pretrained(directory, safe_serialization=True, max_shard_size=spec["max_shard_size"])
-    write_tokenizer_files(directory, "gemma3", tokenizer)
+    write_tokenizer_files(directory, family, tokenizer)
     log(f"saved to {directory} in {time.perf_counter() - tick:.1f}s")
     del model
     marker.write_text(json.dumps(spec))
@@ -368,8 +380,10 @@ def full_depth_flops(spec: dict[str, Any], config: dict[str, Any]) -> tuple[floa
     full = dict(config)
     layers = int(spec["full_layers"])
     full["num_hidden_layers"] = layers
-    full["layer_types"] = layer_types(layers, spec["local_per_global"])
-    shape = shape_from_hf_config(full, "gemma3")
+    family = spec["manifest"]["spec"]["model"]["family"]
+    if "layer_types" in full:
+        full["layer_types"] = layer_types(layers, spec["local_per_global"])
+    shape = shape_from_hf_config(full, family)
     method = spec["manifest"]["spec"]["method"]
     rank = method.get("rank") if method["type"] == "lora" else None
     targets = method.get("targetModules") or [

@@ -51,7 +51,7 @@ RANDOM_INIT = "ACCELBENCH_RANDOM_INIT"
 class Case:
     name: str
     framework: str  # "pytorch" | "jax"
-    model: str  # "1b" | "27b": keys of the model table (real or dry-run shapes)
+    model: str  # a key of MODELS (real shapes) and DRY_MODELS (dry-run shapes)
     method: str  # "full" | "lora"
     seq: int
     batch: int  # global batch (rows per optimizer step)
@@ -60,6 +60,7 @@ class Case:
     about: str = ""
     micro: int | None = None  # rows per forward/backward; None: = batch (no accumulation)
     precision: str = "bf16"  # fp16: mixed precision with a gradient scaler (the V100 path)
+    rank: int = LORA_RANK  # LoRA rank (alpha = 2 × rank), all projections
 
     @property
     def micro_batch(self) -> int:
@@ -174,6 +175,52 @@ CASES: list[Case] = [
         precision="fp16",
         about="1B LoRA r64 all projections, eager, fp16 base, fp16 autocast + GradScaler",
     ),
+    # Shapes users compare against (issue 19): NeMo AutoModel's Llama-3-8B LoRA on one H100 (40.6 %),
+    # and the public TPU-vs-GPU study's Gemma 4 31B LoRA r64, seq 3072, effective batch 8.
+    Case(
+        "8b-lora-r16-torch",
+        "pytorch",
+        "8b",
+        "lora",
+        4096,
+        8,
+        micro=2,
+        rank=16,
+        about="Llama-3.1-8B LoRA r16 all projections, eager, 4 micro-batches of 2",
+    ),
+    Case(
+        "8b-lora-r16-jax",
+        "jax",
+        "8b",
+        "lora",
+        4096,
+        8,
+        micro=2,
+        rank=16,
+        about="Llama-3.1-8B LoRA r16 all projections, XLA, 4 micro-batches of 2",
+    ),
+    Case(
+        "31b-lora-torch",
+        "pytorch",
+        "31b",
+        "lora",
+        3072,
+        8,
+        micro=1,
+        gradient_checkpointing=True,
+        about="Gemma-4-31B LoRA r64, grad ckpt, 8 micro-batches of 1 (the study's GPU run)",
+    ),
+    Case(
+        "31b-lora-jax",
+        "jax",
+        "31b",
+        "lora",
+        3072,
+        8,
+        micro=1,
+        gradient_checkpointing=True,
+        about="Gemma-4-31B LoRA r64, remat, 8 micro-batches of 1 (the study's TPU run)",
+    ),
 ]
 
 # docs/anchors.md (one H200, transformers 5.17 + PEFT, SDPA, fused AdamW; 27B at full depth):
@@ -186,11 +233,19 @@ ANCHORS: dict[tuple[str, str, int, int, bool], tuple[float, float, float]] = {
     ("27b", "lora", 3072, 4, False): (1_658, 0.189, 113.2),
 }
 
-# Real shapes come from the catalog (operator/accelbench/catalog/data/models.yaml, gemma3 1b / 27b).
-# Dry run: the catalog's gemma3 "tiny" test shape, with a small vocabulary so the CPU keeps up.
+# Real shapes come from the catalog (operator/accelbench/catalog/data/models.yaml): key -> family,
+# size and the label the tables show.
+MODELS: dict[str, dict[str, Any]] = {
+    "1b": {"family": "gemma3", "size": "1b", "label": "Gemma-3-1B"},
+    "27b": {"family": "gemma3", "size": "27b", "label": "Gemma-3-27B"},
+    "8b": {"family": "llama", "size": "8b", "label": "Llama-3.1-8B"},
+    "31b": {"family": "gemma4", "size": "31b", "label": "Gemma-4-31B"},
+}
+# Dry run: each family's "tiny" test shape, with a small vocabulary so the CPU keeps up.
 DRY_MODELS: dict[str, dict[str, Any]] = {
-    "1b": {"size": "tiny", "overrides": {"vocab": 4096}},
+    "1b": {"family": "gemma3", "size": "tiny", "overrides": {"vocab": 4096}},
     "27b": {
+        "family": "gemma3",
         "size": "tiny",
         "overrides": {
             "vocab": 4096,
@@ -203,8 +258,10 @@ DRY_MODELS: dict[str, dict[str, Any]] = {
         },
         "layers": 2,
     },
+    "8b": {"family": "llama", "size": "tiny", "overrides": {"vocab": 4096}},
+    "31b": {"family": "gemma4", "size": "tiny", "overrides": {"vocab": 4096}},
 }
-DRY_SEQ = {"1b": 64, "27b": 96}
+DRY_SEQ = {"1b": 64, "27b": 96, "8b": 64, "31b": 96}
 
 
 def elapsed() -> float:
@@ -357,8 +414,8 @@ def manifest(
 ) -> dict:
     method: dict[str, Any] = {"type": "full"}
     if case.method == "lora":
-        method = {"type": "lora", "rank": LORA_RANK, "alpha": 2 * LORA_RANK, "dropout": 0.0}
-    model: dict[str, Any] = {"uri": model_dir, "family": "gemma3"}
+        method = {"type": "lora", "rank": case.rank, "alpha": 2 * case.rank, "dropout": 0.0}
+    model: dict[str, Any] = {"uri": model_dir, "family": MODELS[case.model]["family"]}
     if size:
         model["size"] = size
     return {
@@ -464,7 +521,7 @@ def case_row(record: dict[str, Any]) -> str:
         record["name"],
         record["framework"],
         model,
-        "full" if record["method"] == "full" else f"LoRA r{LORA_RANK}",
+        "full" if record["method"] == "full" else f"LoRA r{record.get('rank', LORA_RANK)}",
         f"{record['seq']} × {record['batch']}"
         + (f" ({record['micro']}/fwd)" if record.get("micro") and record["micro"] != record["batch"] else ""),
         "yes" if record["gradient_checkpointing"] else "no",
@@ -716,15 +773,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     # 2. Cases, each in its own process; models and datasets built lazily, before their first case.
-    big: dict[str, Any] = {"size": "27b", "layers": args.big_layers or None}
-    models = DRY_MODELS if dry else {"1b": {"size": "1b"}, "27b": big}
+    big = {**MODELS["27b"], "layers": args.big_layers or None}
+    models = DRY_MODELS if dry else {**MODELS, "27b": big}
     built: dict[str, dict[str, Any] | str] = {}  # model key -> build result, or the error text
     for index, case in enumerate(cases, start=1):
         seq = case_seq(case, dry)
         record: dict[str, Any] = {
             **asdict(case),
             "seq": seq,
-            "model_label": ("tiny " if dry else "") + {"1b": "Gemma-3-1B", "27b": "Gemma-3-27B"}[case.model],
+            "model_label": ("tiny " if dry else "") + MODELS[case.model]["label"],
             "status": "skipped",
         }
         anchor = None if dry else ANCHORS.get((case.model, case.method, case.seq, case.batch, case.compile))
@@ -831,10 +888,12 @@ def build(
         datasets.append({"path": str(work / name), "rows": rows, "seq": seq, "mode": args.data})
     layers = model.get("layers")
     config_only = args.weights == "device"
-    name = f"gemma3-{key}" + (f"-{layers}l" if layers else "") + ("-config" if config_only else "")
+    family = model.get("family", "gemma3")
+    name = f"{family}-{key}" + (f"-{layers}l" if layers else "") + ("-config" if config_only else "")
     spec = {
         "model": {
             "dir": str(work / name),
+            "family": family,
             "config_only": config_only,
             "size": model["size"],
             "overrides": model.get("overrides"),
