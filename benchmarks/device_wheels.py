@@ -51,6 +51,11 @@ MAX_GLIBC = (2, 35)  # the image's python is 3.12.3 (Ubuntu 24.04: glibc 2.39); 
 
 # name -> version, grouped by who needs them (see the module docstring).
 PINS: dict[str, str] = {
+    # accelbench.workers.diffusion (the SR3 UNet; its other requirements are on the device)
+    "diffusers": "0.42.1",
+    "importlib-metadata": "10.2.0",
+    "zipp": "4.1.2",
+    "lazy-importer": "0.1.0",
     # accelbench.workers.bench (pydantic models of the API)
     "pydantic": "2.14.4",
     "pydantic-core": "2.50.5",
@@ -178,6 +183,7 @@ DEVICE_PACKAGES = frozenset(_DEVICE_PACKAGE_TEXT.split())
 # What the benchmarks run there, as requirements: the closure of these must be met.
 ROOTS: dict[str, list[str]] = {
     "accelbench bench worker": ["pydantic>=2.6", "aiohttp>=3.9", "numpy>=1.26"],
+    "accelbench diffusion worker": ["diffusers>=0.30"],
     "aiperf": ["aiperf==0.13.0"],
     # guidellm asks for httpx[http2]; httpx is the device's, so its http2 extra (h2) is named here
     "guidellm": ["guidellm==0.8.1", "h2>=3,<5"],
