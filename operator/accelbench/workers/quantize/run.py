@@ -1,0 +1,300 @@
+"""One quantization run: measure each layer's sensitivity, choose formats under the budget, export
+with torchao through transformers, and measure the export against bf16.
+
+1. Text: the JSONL's rows (chat `messages` or `prompt`/`completion`, as the fine-tuning data) are
+   tokenized with the model's tokenizer, joined and cut into `seq`-token windows; the first
+   `calibration` windows calibrate, the next `held_out` ones evaluate (never both).
+2. Sensitivity of a decoder linear layer in a format = the calibration loss with that layer alone
+   rounded through the format (formats.fake_quantize) minus the bf16 loss.
+3. plan.choose under `budget_bits`; the assignment is exported as transformers' TorchAoConfig over
+   torchao's ModuleFqnToConfig (one config per layer), saved as safetensors: the directory loads
+   with `from_pretrained` (and so in `transformers serve`; vLLM reads the same torchao config).
+4. The saved model is loaded back and measured against the bf16 one on the held-out windows:
+   perplexity, weight bytes and tokens/s of a forward pass over the held-out batch.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .. import InvalidConfigError
+from .formats import BF16, FORMATS, WeightFormat, applicable, export_config, fake_quantize
+from .plan import Assignment, Layer, choose
+
+DEFAULT_FORMATS = ("int4-g128", "int8", BF16)
+
+
+@dataclass(frozen=True)
+class QuantizeSettings:
+    budget_bits: float = 4.5
+    formats: tuple[str, ...] = DEFAULT_FORMATS
+    seq: int = 512
+    calibration: int = 8  # windows of `seq` tokens
+    held_out: int = 8
+    batch: int = 4  # windows per forward pass
+
+    def weight_formats(self) -> list[WeightFormat]:
+        unknown = [f for f in self.formats if f not in FORMATS]
+        if unknown:
+            raise InvalidConfigError(f"formats {unknown} are not among {sorted(FORMATS)}")
+        return [FORMATS[f] for f in self.formats]
+
+
+@dataclass
+class QuantizeReport:
+    device: str
+    layers: int
+    quantized_parameters: int  # weights of the layers the budget covers
+    other_parameters: int  # embeddings, norms, the output head: kept in bf16
+    budget_bits: float
+    effective_bits: float  # over the quantized layers, scales and zero-points counted
+    model_effective_bits: float  # over every parameter (the bf16 rest included)
+    compression: float  # bf16 bytes / exported bytes, whole model (16 / model_effective_bits)
+    formats_used: dict[str, int]  # format -> layers
+    perplexity_bf16: float
+    perplexity_quantized: float
+    perplexity_increase: float  # relative: 0.02 = +2 %
+    tokens_per_second_bf16: float | None
+    tokens_per_second_quantized: float | None
+    weight_bytes_bf16: int
+    weight_bytes_quantized: int
+    calibration_tokens: int
+    held_out_tokens: int
+    seconds: dict[str, float] = field(default_factory=dict)
+    sensitivity: list[dict[str, Any]] = field(default_factory=list)  # the per-layer table (artifact)
+
+
+def text_rows(path: Path) -> list[str]:
+    rows = []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise InvalidConfigError(f"{path}:{number}: not JSON ({error.msg})") from error
+        if "messages" in row:
+            rows.append("\n".join(str(m.get("content", "")) for m in row["messages"]))
+        elif "prompt" in row:
+            rows.append(f"{row['prompt']}{row.get('completion', '')}")
+        elif "text" in row:
+            rows.append(str(row["text"]))
+        else:
+            raise InvalidConfigError(f"{path}:{number}: a row needs messages, prompt/completion or text")
+    return rows
+
+
+def windows(tokenizer: Any, rows: Sequence[str], seq: int, count: int) -> torch.Tensor:
+    """`count` windows of `seq` tokens from the rows joined by EOS (wrapping round when short)."""
+    eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
+    stream: list[int] = []
+    for row in rows:
+        stream.extend(tokenizer(row, add_special_tokens=False)["input_ids"])
+        stream.append(eos)
+    need = seq * count
+    if not stream:
+        raise InvalidConfigError("the dataset holds no text")
+    while len(stream) < need:
+        stream = stream + stream
+    return torch.tensor(stream[:need], dtype=torch.long).view(count, seq)
+
+
+@torch.no_grad()
+def mean_loss(model: torch.nn.Module, tokens: torch.Tensor, batch: int) -> float:
+    device = next(model.parameters()).device
+    total, count = 0.0, 0
+    for start in range(0, len(tokens), batch):
+        chunk = tokens[start : start + batch].to(device)
+        logits = model(chunk).logits[:, :-1].float()
+        target = chunk[:, 1:]
+        loss = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), target.reshape(-1), reduction="sum"
+        )
+        total += float(loss)
+        count += target.numel()
+    return total / count
+
+
+def decoder_linears(model: torch.nn.Module) -> dict[str, torch.nn.Linear]:
+    """The linear layers inside the decoder blocks (not the output head)."""
+    return {
+        name: module
+        for name, module in model.named_modules()
+        if isinstance(module, torch.nn.Linear) and ".layers." in f".{name}"
+    }
+
+
+@torch.no_grad()
+def measure_sensitivity(
+    model: torch.nn.Module,
+    tokens: torch.Tensor,
+    formats: Sequence[WeightFormat],
+    batch: int,
+    log: Callable[[str], None],
+) -> tuple[float, dict[str, dict[str, float]], list[Layer]]:
+    base = mean_loss(model, tokens, batch)
+    table: dict[str, dict[str, float]] = {}
+    layers: list[Layer] = []
+    linears = decoder_linears(model)
+    for index, (name, module) in enumerate(linears.items(), start=1):
+        weight = module.weight.data
+        layers.append(Layer(name, weight.numel(), weight.shape[1]))
+        table[name] = {}
+        for fmt in formats:
+            if not applicable(fmt, weight.shape[1]):
+                continue
+            if fmt.bits >= 16:
+                table[name][fmt.name] = 0.0
+                continue
+            original = weight.clone()
+            module.weight.data = fake_quantize(weight, fmt)
+            table[name][fmt.name] = mean_loss(model, tokens, batch) - base
+            module.weight.data = original
+        if index % 16 == 0 or index == len(linears):
+            log(f"sensitivity: {index}/{len(linears)} layers")
+    return base, table, layers
+
+
+def tensor_bytes(tensor: torch.Tensor) -> int:
+    """Bytes a tensor's storage holds; a torchao tensor subclass counts its inner tensors (packed
+    data, scales, zero-points), which is what the quantized layer keeps in memory."""
+    if type(tensor) not in (torch.Tensor, torch.nn.Parameter) and hasattr(tensor, "__tensor_flatten__"):
+        names, _ = tensor.__tensor_flatten__()
+        return sum(tensor_bytes(getattr(tensor, name)) for name in names)
+    return tensor.numel() * tensor.element_size()
+
+
+def weight_bytes(model: torch.nn.Module) -> int:
+    return sum(tensor_bytes(t) for t in [*model.parameters(), *model.buffers()])
+
+
+@torch.no_grad()
+def forward_rate(model: torch.nn.Module, tokens: torch.Tensor, batch: int, repeats: int = 3) -> float | None:
+    """Tokens/s of forward passes over the held-out windows (best of `repeats`, after one warm-up)."""
+    device = next(model.parameters()).device
+    chunk = tokens[:batch].to(device)
+    model(chunk)
+    best = math.inf
+    for _ in range(repeats):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        tick = time.perf_counter()
+        model(chunk)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        best = min(best, time.perf_counter() - tick)
+    return chunk.numel() / best if best > 0 else None
+
+
+def quantize_model(
+    model_dir: Path,
+    data: Path,
+    out_dir: Path,
+    settings: QuantizeSettings,
+    log: Callable[[str], None] = print,
+) -> QuantizeReport:
+    from torchao.quantization import ModuleFqnToConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TorchAoConfig
+
+    formats = settings.weight_formats()
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda" if cuda else "cpu")
+    seconds: dict[str, float] = {}
+    tick = time.perf_counter()
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    rows = text_rows(data)
+    tokens = windows(tokenizer, rows, settings.seq, settings.calibration + settings.held_out)
+    calibration, held_out = tokens[: settings.calibration], tokens[settings.calibration :]
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16).to(device).eval()
+    seconds["load"] = time.perf_counter() - tick
+
+    tick = time.perf_counter()
+    base, table, layers = measure_sensitivity(model, calibration, formats, settings.batch, log)
+    seconds["sensitivity"] = time.perf_counter() - tick
+    assignment: Assignment = choose(layers, table, formats, settings.budget_bits)
+    chosen = assignment.formats()
+
+    held_bf16 = mean_loss(model, held_out, settings.batch)
+    rate_bf16 = forward_rate(model, held_out, settings.batch)
+    bytes_bf16 = weight_bytes(model)
+    all_parameters = sum(p.numel() for p in model.parameters())
+    del model
+    if cuda:
+        torch.cuda.empty_cache()
+
+    tick = time.perf_counter()
+    per_layer = {name: export_config(FORMATS[fmt], cuda) for name, fmt in chosen.items()}
+    config = ModuleFqnToConfig({name: c for name, c in per_layer.items() if c is not None})
+    quantized = AutoModelForCausalLM.from_pretrained(
+        model_dir,
+        dtype=torch.bfloat16,
+        device_map=str(device),
+        quantization_config=TorchAoConfig(quant_type=config),
+    )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    quantized.save_pretrained(out_dir, safe_serialization=True)
+    tokenizer.save_pretrained(out_dir)
+    del quantized
+    seconds["export"] = time.perf_counter() - tick
+
+    reloaded = AutoModelForCausalLM.from_pretrained(
+        out_dir, dtype=torch.bfloat16, device_map=str(device)
+    ).eval()
+    held_quantized = mean_loss(reloaded, held_out, settings.batch)
+    rate_quantized = forward_rate(reloaded, held_out, settings.batch)
+    bytes_quantized = weight_bytes(reloaded)
+
+    quantized_parameters = sum(layer.parameters for layer in layers)
+    other = all_parameters - quantized_parameters
+    model_bits = (assignment.effective_bits * quantized_parameters + 16 * other) / all_parameters
+    used: dict[str, int] = {}
+    for fmt in chosen.values():
+        used[fmt] = used.get(fmt, 0) + 1
+    by_layer = {c.layer: c for c in assignment.choices}
+    report = QuantizeReport(
+        device=torch.cuda.get_device_name(0) if cuda else "cpu",
+        layers=len(layers),
+        quantized_parameters=quantized_parameters,
+        other_parameters=other,
+        budget_bits=settings.budget_bits,
+        effective_bits=round(assignment.effective_bits, 4),
+        model_effective_bits=round(model_bits, 4),
+        compression=round(16 / model_bits, 3),
+        formats_used=used,
+        perplexity_bf16=math.exp(held_bf16),
+        perplexity_quantized=math.exp(held_quantized),
+        perplexity_increase=math.exp(held_quantized - held_bf16) - 1,
+        tokens_per_second_bf16=rate_bf16,
+        tokens_per_second_quantized=rate_quantized,
+        weight_bytes_bf16=bytes_bf16,
+        weight_bytes_quantized=bytes_quantized,
+        calibration_tokens=calibration.numel(),
+        held_out_tokens=held_out.numel(),
+        seconds={k: round(v, 2) for k, v in seconds.items()},
+        sensitivity=[
+            {
+                "layer": layer.name,
+                "parameters": layer.parameters,
+                "chosen": chosen[layer.name],
+                "effectiveBits": round(by_layer[layer.name].effective_bits, 4),
+                "lossIncrease": table[layer.name],
+            }
+            for layer in layers
+        ],
+    )
+    log(
+        f"base calibration loss {base:.4f}; {report.effective_bits:.3f} effective bits over "
+        f"{len(layers)} layers "
+        f"({used}); perplexity {report.perplexity_bf16:.3f} -> {report.perplexity_quantized:.3f} "
+        f"({100 * report.perplexity_increase:+.2f} %)"
+    )
+    (out_dir / "quantization-report.json").write_text(json.dumps(asdict(report), indent=2) + "\n")
+    return report
