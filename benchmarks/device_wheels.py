@@ -56,6 +56,8 @@ PINS: dict[str, str] = {
     "importlib-metadata": "10.2.0",
     "zipp": "4.1.2",
     "lazy-importer": "0.1.0",
+    # accelbench.workers.quantize (torchao's formats; torch is the device's)
+    "torchao": "0.18.0",
     # accelbench.workers.bench (pydantic models of the API)
     "pydantic": "2.14.4",
     "pydantic-core": "2.50.5",
@@ -184,6 +186,7 @@ DEVICE_PACKAGES = frozenset(_DEVICE_PACKAGE_TEXT.split())
 ROOTS: dict[str, list[str]] = {
     "accelbench bench worker": ["pydantic>=2.6", "aiohttp>=3.9", "numpy>=1.26"],
     "accelbench diffusion worker": ["diffusers>=0.30"],
+    "accelbench quantize worker": ["torchao>=0.14"],
     "aiperf": ["aiperf==0.13.0"],
     # guidellm asks for httpx[http2]; httpx is the device's, so its http2 extra (h2) is named here
     "guidellm": ["guidellm==0.8.1", "h2>=3,<5"],
