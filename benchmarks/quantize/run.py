@@ -132,16 +132,18 @@ def main() -> int:
     header = (
         "| budget | effective bits (layers) | whole model | compression | formats | ppl bf16 → quantized "
     )
-    header += "| Δ ppl | tok/s bf16 → quantized | weight GB bf16 → quantized |"
-    rows = [header, "|---|---|---|---|---|---|---|---|---|"]
+    header += "| Δ ppl | prefill tok/s bf16 → quantized | decode tok/s bf16 → quantized "
+    header += "| weight GB bf16 → quantized |"
+    rows = [header, "|---|---|---|---|---|---|---|---|---|---|"]
     for budget in args.budgets.split(","):
         r = json.loads((args.out / f"report-{budget}.json").read_text())
         rows.append(
             f"| {budget} | {r['effective_bits']:.3f} | {r['model_effective_bits']:.3f} "
             f"| {r['compression']:.2f}× "
             f"| {r['formats_used']} | {r['perplexity_bf16']:.3f} → {r['perplexity_quantized']:.3f} "
-            f"| {100 * r['perplexity_increase']:+.2f} % | {r['tokens_per_second_bf16']:,.0f} → "
-            f"{r['tokens_per_second_quantized']:,.0f} | {r['weight_bytes_bf16'] / 1e9:.3f} → "
+            f"| {100 * r['perplexity_increase']:+.2f} % | {r['prefill_tokens_per_second_bf16']:,.0f} → "
+            f"{r['prefill_tokens_per_second_quantized']:,.0f} | {r['decode_tokens_per_second_bf16']:,.1f} → "
+            f"{r['decode_tokens_per_second_quantized']:,.1f} | {r['weight_bytes_bf16'] / 1e9:.3f} → "
             f"{r['weight_bytes_quantized'] / 1e9:.3f} |"
         )
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"

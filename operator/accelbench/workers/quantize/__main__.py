@@ -28,9 +28,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--model", required=True, type=Path, help="Hugging Face model directory (bf16 or fp32)"
     )
-    parser.add_argument(
-        "--data", required=True, type=Path, help="JSONL text: chat messages, prompt/completion or text"
-    )
+    parser.add_argument("--data", required=True, type=Path, help="JSONL: chat messages or prompt/completion")
     parser.add_argument("--out", required=True, type=Path, help="directory for the quantized model")
     parser.add_argument("--report", type=Path, help="also write the report here")
     parser.add_argument("--budget-bits", type=float, default=defaults.budget_bits)
@@ -39,6 +37,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--calibration", type=int, default=defaults.calibration, help="calibration windows")
     parser.add_argument("--held-out", type=int, default=defaults.held_out, help="held-out windows")
     parser.add_argument("--batch", type=int, default=defaults.batch)
+    parser.add_argument(
+        "--family", default=defaults.family, help="chat template family when the model has none"
+    )
     args = parser.parse_args(argv)
     settings = QuantizeSettings(
         budget_bits=args.budget_bits,
@@ -47,6 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         calibration=args.calibration,
         held_out=args.held_out,
         batch=args.batch,
+        family=args.family,
     )
     try:
         report = quantize_model(

@@ -1,8 +1,8 @@
 """One quantization run: measure each layer's sensitivity, choose formats under the budget, export
 with torchao through transformers, and measure the export against bf16.
 
-1. Text: the JSONL's rows (chat `messages` or `prompt`/`completion`, as the fine-tuning data) are
-   tokenized with the model's tokenizer, joined and cut into `seq`-token windows; the first
+1. Text: the JSONL's rows (chat `messages` or `prompt`/`completion`) are encoded as the fine-tuning
+   data path encodes them (chat template, special tokens), joined and cut into `seq`-token windows; the first
    `calibration` windows calibrate, the next `held_out` ones evaluate (never both).
 2. Sensitivity of a decoder linear layer in a format = the calibration loss with that layer alone
    rounded through the format (formats.fake_quantize) minus the bf16 loss.
@@ -10,7 +10,9 @@ with torchao through transformers, and measure the export against bf16.
    torchao's ModuleFqnToConfig (one config per layer), saved as safetensors: the directory loads
    with `from_pretrained` (and so in `transformers serve`; vLLM reads the same torchao config).
 4. The saved model is loaded back and measured against the bf16 one on the held-out windows:
-   perplexity, weight bytes and tokens/s of a forward pass over the held-out batch.
+   perplexity, weight bytes, and tokens/s of a prefill (a batch of windows in one forward pass,
+   compute-bound) and of greedy decoding of one sequence (memory-bound, where weight-only formats
+   are meant to pay; their kernels dequantize, so prefill can be slower than bf16).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any
 import torch
 
 from .. import InvalidConfigError
+from ..data import ChatTokenizer, read_jsonl
 from .formats import BF16, FORMATS, WeightFormat, applicable, export_config, fake_quantize
 from .plan import Assignment, Layer, choose
 
@@ -40,6 +43,7 @@ class QuantizeSettings:
     calibration: int = 8  # windows of `seq` tokens
     held_out: int = 8
     batch: int = 4  # windows per forward pass
+    family: str = "llama"  # the chat template used when the model dir has none (workers.data)
 
     def weight_formats(self) -> list[WeightFormat]:
         unknown = [f for f in self.formats if f not in FORMATS]
@@ -62,8 +66,10 @@ class QuantizeReport:
     perplexity_bf16: float
     perplexity_quantized: float
     perplexity_increase: float  # relative: 0.02 = +2 %
-    tokens_per_second_bf16: float | None
-    tokens_per_second_quantized: float | None
+    prefill_tokens_per_second_bf16: float
+    prefill_tokens_per_second_quantized: float
+    decode_tokens_per_second_bf16: float
+    decode_tokens_per_second_quantized: float
     weight_bytes_bf16: int
     weight_bytes_quantized: int
     calibration_tokens: int
@@ -72,36 +78,16 @@ class QuantizeReport:
     sensitivity: list[dict[str, Any]] = field(default_factory=list)  # the per-layer table (artifact)
 
 
-def text_rows(path: Path) -> list[str]:
-    rows = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise InvalidConfigError(f"{path}:{number}: not JSON ({error.msg})") from error
-        if "messages" in row:
-            rows.append("\n".join(str(m.get("content", "")) for m in row["messages"]))
-        elif "prompt" in row:
-            rows.append(f"{row['prompt']}{row.get('completion', '')}")
-        elif "text" in row:
-            rows.append(str(row["text"]))
-        else:
-            raise InvalidConfigError(f"{path}:{number}: a row needs messages, prompt/completion or text")
-    return rows
-
-
-def windows(tokenizer: Any, rows: Sequence[str], seq: int, count: int) -> torch.Tensor:
-    """`count` windows of `seq` tokens from the rows joined by EOS (wrapping round when short)."""
-    eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
+def windows(model_dir: Path, data: Path, family: str, seq: int, count: int) -> torch.Tensor:
+    """`count` windows of `seq` tokens: the dataset's conversations encoded exactly as the fine-tuning
+    data path encodes them (the model's chat template and special tokens: the text a fine-tuned
+    model knows), joined, wrapping round when short."""
+    tokenizer = ChatTokenizer.from_model_dir(model_dir, family)
     stream: list[int] = []
-    for row in rows:
-        stream.extend(tokenizer(row, add_special_tokens=False)["input_ids"])
-        stream.append(eos)
+    for messages in read_jsonl(data):
+        ids, _ = tokenizer.encode_chat(messages)
+        stream.extend(int(i) for i in ids)
     need = seq * count
-    if not stream:
-        raise InvalidConfigError("the dataset holds no text")
     while len(stream) < need:
         stream = stream + stream
     return torch.tensor(stream[:need], dtype=torch.long).view(count, seq)
@@ -176,22 +162,44 @@ def weight_bytes(model: torch.nn.Module) -> int:
     return sum(tensor_bytes(t) for t in [*model.parameters(), *model.buffers()])
 
 
-@torch.no_grad()
-def forward_rate(model: torch.nn.Module, tokens: torch.Tensor, batch: int, repeats: int = 3) -> float | None:
-    """Tokens/s of forward passes over the held-out windows (best of `repeats`, after one warm-up)."""
-    device = next(model.parameters()).device
-    chunk = tokens[:batch].to(device)
-    model(chunk)
+def _timed(device: torch.device, work: Callable[[], Any], repeats: int) -> float:
+    """The best wall time of `repeats` calls after one warm-up, device synchronized around each."""
+    work()
     best = math.inf
     for _ in range(repeats):
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         tick = time.perf_counter()
-        model(chunk)
+        work()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         best = min(best, time.perf_counter() - tick)
-    return chunk.numel() / best if best > 0 else None
+    return best
+
+
+@torch.no_grad()
+def prefill_rate(model: torch.nn.Module, tokens: torch.Tensor, batch: int, repeats: int = 3) -> float:
+    """Tokens/s of one forward pass over `batch` held-out windows (compute-bound: a prompt's prefill)."""
+    device = next(model.parameters()).device
+    chunk = tokens[:batch].to(device)
+    return chunk.numel() / _timed(device, lambda: model(chunk), repeats)
+
+
+@torch.no_grad()
+def decode_rate(
+    model: torch.nn.Module, tokens: torch.Tensor, new_tokens: int = 64, repeats: int = 2
+) -> float:
+    """Tokens/s generating `new_tokens` greedily after a 64-token prompt, one sequence (memory-bound:
+    where weight-only formats are meant to pay)."""
+    device = next(model.parameters()).device
+    prompt = tokens[:1, :64].to(device)
+
+    def generate() -> Any:
+        return model.generate(
+            prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, pad_token_id=0
+        )
+
+    return new_tokens / _timed(device, generate, repeats)
 
 
 def quantize_model(
@@ -209,9 +217,7 @@ def quantize_model(
     device = torch.device("cuda" if cuda else "cpu")
     seconds: dict[str, float] = {}
     tick = time.perf_counter()
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    rows = text_rows(data)
-    tokens = windows(tokenizer, rows, settings.seq, settings.calibration + settings.held_out)
+    tokens = windows(model_dir, data, settings.family, settings.seq, settings.calibration + settings.held_out)
     calibration, held_out = tokens[: settings.calibration], tokens[settings.calibration :]
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16).to(device).eval()
     seconds["load"] = time.perf_counter() - tick
@@ -223,7 +229,8 @@ def quantize_model(
     chosen = assignment.formats()
 
     held_bf16 = mean_loss(model, held_out, settings.batch)
-    rate_bf16 = forward_rate(model, held_out, settings.batch)
+    prefill_bf16 = prefill_rate(model, held_out, settings.batch)
+    decode_bf16 = decode_rate(model, held_out)
     bytes_bf16 = weight_bytes(model)
     all_parameters = sum(p.numel() for p in model.parameters())
     del model
@@ -241,7 +248,7 @@ def quantize_model(
     )
     out_dir.mkdir(parents=True, exist_ok=True)
     quantized.save_pretrained(out_dir, safe_serialization=True)
-    tokenizer.save_pretrained(out_dir)
+    AutoTokenizer.from_pretrained(model_dir).save_pretrained(out_dir)
     del quantized
     seconds["export"] = time.perf_counter() - tick
 
@@ -249,7 +256,8 @@ def quantize_model(
         out_dir, dtype=torch.bfloat16, device_map=str(device)
     ).eval()
     held_quantized = mean_loss(reloaded, held_out, settings.batch)
-    rate_quantized = forward_rate(reloaded, held_out, settings.batch)
+    prefill_quantized = prefill_rate(reloaded, held_out, settings.batch)
+    decode_quantized = decode_rate(reloaded, held_out)
     bytes_quantized = weight_bytes(reloaded)
 
     quantized_parameters = sum(layer.parameters for layer in layers)
@@ -272,8 +280,10 @@ def quantize_model(
         perplexity_bf16=math.exp(held_bf16),
         perplexity_quantized=math.exp(held_quantized),
         perplexity_increase=math.exp(held_quantized - held_bf16) - 1,
-        tokens_per_second_bf16=rate_bf16,
-        tokens_per_second_quantized=rate_quantized,
+        prefill_tokens_per_second_bf16=prefill_bf16,
+        prefill_tokens_per_second_quantized=prefill_quantized,
+        decode_tokens_per_second_bf16=decode_bf16,
+        decode_tokens_per_second_quantized=decode_quantized,
         weight_bytes_bf16=bytes_bf16,
         weight_bytes_quantized=bytes_quantized,
         calibration_tokens=calibration.numel(),
