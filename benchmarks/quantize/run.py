@@ -41,6 +41,33 @@ def run(argv: list[str], log: Path, env: dict[str, str]) -> float:
     return time.perf_counter() - tick
 
 
+def summarize(out: Path, budgets: list[str], results: dict) -> list[str]:
+    """results.md (the table of the budgets done so far) and results.json."""
+    import torch
+
+    header = (
+        "| budget | effective bits (layers) | whole model | compression | formats | ppl bf16 → quantized "
+    )
+    header += "| Δ ppl | prefill tok/s bf16 → quantized | decode tok/s bf16 → quantized "
+    header += "| weight GB bf16 → quantized |"
+    rows = [header, "|---|---|---|---|---|---|---|---|---|---|"]
+    for budget in budgets:
+        r = json.loads((out / f"report-{budget}.json").read_text())
+        rows.append(
+            f"| {budget} | {r['effective_bits']:.3f} | {r['model_effective_bits']:.3f} "
+            f"| {r['compression']:.2f}× "
+            f"| {r['formats_used']} | {r['perplexity_bf16']:.3f} → {r['perplexity_quantized']:.3f} "
+            f"| {100 * r['perplexity_increase']:+.2f} % | {r['prefill_tokens_per_second_bf16']:,.0f} → "
+            f"{r['prefill_tokens_per_second_quantized']:,.0f} | {r['decode_tokens_per_second_bf16']:,.1f} → "
+            f"{r['decode_tokens_per_second_quantized']:,.1f} | {r['weight_bytes_bf16'] / 1e9:.3f} → "
+            f"{r['weight_bytes_quantized'] / 1e9:.3f} |"
+        )
+    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    (out / "results.md").write_text(f"device: {device}\n\n" + "\n".join(rows) + "\n")
+    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "results")) / "quantize")
@@ -129,27 +156,9 @@ def main() -> int:
         ]
         argv += ["--batch", "8"]
         results["runs"][budget] = {"seconds": run(argv, log, env), "report": report.name}
-    header = (
-        "| budget | effective bits (layers) | whole model | compression | formats | ppl bf16 → quantized "
-    )
-    header += "| Δ ppl | prefill tok/s bf16 → quantized | decode tok/s bf16 → quantized "
-    header += "| weight GB bf16 → quantized |"
-    rows = [header, "|---|---|---|---|---|---|---|---|---|---|"]
-    for budget in args.budgets.split(","):
-        r = json.loads((args.out / f"report-{budget}.json").read_text())
-        rows.append(
-            f"| {budget} | {r['effective_bits']:.3f} | {r['model_effective_bits']:.3f} "
-            f"| {r['compression']:.2f}× "
-            f"| {r['formats_used']} | {r['perplexity_bf16']:.3f} → {r['perplexity_quantized']:.3f} "
-            f"| {100 * r['perplexity_increase']:+.2f} % | {r['prefill_tokens_per_second_bf16']:,.0f} → "
-            f"{r['prefill_tokens_per_second_quantized']:,.0f} | {r['decode_tokens_per_second_bf16']:,.1f} → "
-            f"{r['decode_tokens_per_second_quantized']:,.1f} | {r['weight_bytes_bf16'] / 1e9:.3f} → "
-            f"{r['weight_bytes_quantized'] / 1e9:.3f} |"
-        )
-    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
-    (args.out / "results.md").write_text(f"device: {device}\n\n" + "\n".join(rows) + "\n")
-    (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    print("\n".join(rows))
+        # After every budget, so a run stopped by a time limit keeps the table of those done.
+        rows = summarize(args.out, list(results["runs"]), results)
+        print("\n".join(rows), flush=True)
     return 0
 
 
