@@ -41,6 +41,30 @@ def run(argv: list[str], log: Path, env: dict[str, str]) -> float:
     return time.perf_counter() - tick
 
 
+def long_chats(path: Path, n: int, seed: int, turns: int) -> Path:
+    """`n` conversations of `turns` question-answer turns each (the tests' synthetic arithmetic,
+    `workers.testing._sample`), so one conversation fills about one training row. The fine-tuning
+    data path restarts positions and attention at every conversation, while the quantize worker
+    measures windows of `seq` tokens with positions 0..seq-1 and no document mask: a model trained
+    only on 52-token conversations sees positions it never learned there (perplexity 216 in the
+    first full run). Long conversations make the measured windows the text the model was trained on.
+    """
+    import random
+
+    from accelbench.workers.testing import _sample
+
+    rng = random.Random(seed)
+    lines = []
+    for _ in range(n):
+        messages = [{"role": "system", "content": "Answer each question."}]
+        for _ in range(turns):
+            _, prompt, completion = _sample(rng)
+            messages += [{"role": "user", "content": prompt}, {"role": "assistant", "content": completion}]
+        lines.append(json.dumps({"messages": messages}))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
 def summarize(out: Path, budgets: list[str], results: dict) -> list[str]:
     """results.md (the table of the budgets done so far) and results.json."""
     import torch
@@ -85,7 +109,6 @@ def main() -> int:
 
     from accelbench.workers.testing import (
         build_tokenizer,
-        make_chat_dataset,
         tiny_config,
         write_tokenizer_files,
     )
@@ -95,10 +118,10 @@ def main() -> int:
     log = args.out / "run.log"
     env = {**os.environ, "PYTHONPATH": f"{REPO / 'operator'}:{os.environ.get('PYTHONPATH', '')}"}
     model_dir, trained = args.work / "tinyllama-random", args.work / "tinyllama-trained"
-    shape, vocab, seq, rows = dict(TINYLLAMA), 32000, 1024, 8000
+    shape, vocab, seq = dict(TINYLLAMA), 32000, 1024
     if args.dry_run_cpu:
         shape = {"layers": 2, "hidden": 128, "heads": 4, "kv_heads": 2, "head_dim": 32, "intermediate": 256}
-        vocab, seq, rows, args.train_steps, args.accelerator = 1024, 64, 400, 4, "cpu"
+        vocab, seq, args.train_steps, args.accelerator = 1024, 64, 4, "cpu"
     tokenizer = build_tokenizer("llama")
     config = tiny_config("llama", vocab_size=vocab, dtype="bfloat16", **shape)
     config.max_position_embeddings = 2048
@@ -109,8 +132,11 @@ def main() -> int:
     model.save_pretrained(model_dir, safe_serialization=True)
     write_tokenizer_files(model_dir, "llama", tokenizer)
     del model
-    train_data = make_chat_dataset(args.work / "train.jsonl", n=rows, seed=0)
-    eval_data = make_chat_dataset(args.work / "eval.jsonl", n=rows // 4, seed=1)
+    # About 28 tokens a turn: conversations of about `seq` tokens (a few are cut at `seq` in training,
+    # so every position up to seq-1 is trained). 16 rows a step, none repeated.
+    turns = max(1, seq // 28)
+    train_data = long_chats(args.work / "train.jsonl", n=16 * args.train_steps + 64, seed=0, turns=turns)
+    eval_data = long_chats(args.work / "eval.jsonl", n=64, seed=1, turns=turns)
     manifest = {
         "apiVersion": "accelbench.io/v1alpha1",
         "kind": "FinetuneJob",
