@@ -10,7 +10,7 @@ This package imports nothing else of the project.
 
 from .base import API_VERSION, GROUP, VERSION, ApiModel
 from .common import Accelerator, AcceleratorType, Capacity, ModelFamily, ModelSource, PriceSource, Pricing
-from .finetune import FinetuneJobSpec, Framework, LossOn, MethodType
+from .finetune import FinetuneJobSpec, Framework, LossOn, MethodType, Task
 from .inference import Engine, InferenceBenchSpec
 from .report import ReportError, WorkerReport, parse_termination_message
 from .resources import KINDS, FinetuneJob, InferenceBench, Resource, parse_resource
@@ -42,6 +42,7 @@ __all__ = [
     "Reason",
     "ReportError",
     "Resource",
+    "Task",
     "WorkerReport",
     "parse_resource",
     "parse_termination_message",

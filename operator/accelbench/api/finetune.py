@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated
 
 from pydantic import Field, model_validator
 
-from .base import ApiModel, cel
+from .base import ApiModel, cel, to_camel
 from .common import (
     Accelerator,
     EnvFromSource,
@@ -26,10 +27,14 @@ class DatasetFormat(StrEnum):
     AUTO = "auto"
     CHAT = "chat"
     PROMPT_COMPLETION = "promptCompletion"
+    IMAGE_FOLDER = "imageFolder"  # PNG/JPEG files of one folder: task superResolution
 
 
 class DatasetSource(ApiModel):
-    uri: StorageUri = storage_uri_field("JSONL file: chat `messages` or `prompt`/`completion` rows.")
+    uri: StorageUri = storage_uri_field(
+        "JSONL file: chat `messages` or `prompt`/`completion` rows; for task superResolution a folder of "
+        "PNG/JPEG images."
+    )
     format: DatasetFormat = DatasetFormat.AUTO
     held_out_fraction: float = Field(default=0.05, ge=0, lt=1, description="Share kept out for eval loss.")
     max_samples: int | None = Field(default=None, ge=1)
@@ -349,13 +354,239 @@ class GaudiOptions(ApiModel):
         return self
 
 
-class FinetuneJobSpec(RunControl):
-    """Fine-tune a model (LoRA or full) with a JAX or PyTorch worker and report throughput, MFU and cost."""
+class Task(StrEnum):
+    """What the job runs on its chips (docs/design.md: modes of one kind, not new kinds).
 
-    model: ModelSource
+    causalLM: fine-tune a language model (LoRA or full). superResolution: train an SR3-style
+    diffusion super-resolution UNet from scratch on a folder of images. quantize: choose a weight
+    format per layer of `model` from each layer's measured sensitivity under an effective-bits budget,
+    export it and measure it against bf16."""
+
+    CAUSAL_LM = "causalLM"
+    SUPER_RESOLUTION = "superResolution"
+    QUANTIZE = "quantize"
+
+
+class SrPrecision(StrEnum):
+    BF16 = "bf16"
+    FP32 = "fp32"
+
+
+MAX_UNET_LEVELS = 6
+# CEL has no pow(): 2^(levels - 1), indexed by the number of levels minus one.
+_HALVINGS = "[1, 2, 4, 8, 16, 32][size(self.channels) - 1]"
+
+
+class SuperResolution(ApiModel):
+    """SR3: a diffusers UNet2DModel denoises the high-resolution image given its bicubic-upsampled
+    low-resolution view (DDPM training, DDIM sampling); held-out images are scored by PSNR and SSIM
+    beside plain bicubic. Data parallel (DDP) over the chips: `globalBatchSize` images per step."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                cel(
+                    f"self.imageSize % (self.scale * {_HALVINGS}) == 0",
+                    "imageSize must be divisible by scale × 2^(levels − 1) (the UNet halves it at each "
+                    "level below the first)",
+                ),
+                cel("self.attentionLevels <= size(self.channels)", "attentionLevels exceeds the levels"),
+                cel("self.warmupSteps < self.steps", "steps must exceed warmupSteps"),
+            ]
+        }
+    }
+
+    image_size: int = Field(default=64, ge=8, le=1024, description="High-resolution side in pixels.")
+    scale: int = Field(default=4, ge=2, le=16, description="Upscaling factor: input is imageSize / scale.")
+    channels: list[Annotated[int, Field(ge=8, le=2048)]] = Field(
+        default_factory=lambda: [64, 128, 256, 256],
+        min_length=1,
+        max_length=MAX_UNET_LEVELS,
+        description="UNet width per resolution level.",
+    )
+    layers_per_block: int = Field(default=2, ge=1, le=8)
+    attention_levels: int = Field(
+        default=1, ge=0, le=MAX_UNET_LEVELS, description="How many of the lowest-resolution levels attend."
+    )
+    global_batch_size: int = Field(default=16, ge=1, le=65536, description="Images per step, all chips.")
+    steps: int = Field(default=100, ge=2, le=10_000_000)
+    learning_rate: float = Field(default=1e-4, gt=0, le=1)
+    warmup_steps: int = Field(
+        default=2, ge=0, description="Leading steps left out of images/s (allocator, autotuning)."
+    )
+    precision: SrPrecision = Field(default=SrPrecision.BF16, description="bf16 autocast, or fp32.")
+    eval_images: int = Field(
+        default=16, ge=0, le=4096, description="The last N images of the folder are held out and scored."
+    )
+    sample_steps: int = Field(default=50, ge=1, le=1000, description="DDIM steps per held-out image.")
+    seed: int = Field(default=0, ge=0, le=2**31 - 1)
+
+    @model_validator(mode="after")
+    def _check(self) -> SuperResolution:
+        halvings = 2 ** (len(self.channels) - 1)
+        if self.image_size % (self.scale * halvings):
+            raise ValueError(
+                "imageSize must be divisible by scale × 2^(levels − 1) (the UNet halves it at each level "
+                "below the first)"
+            )
+        if self.attention_levels > len(self.channels):
+            raise ValueError("attentionLevels exceeds the levels")
+        if self.warmup_steps >= self.steps:
+            raise ValueError("steps must exceed warmupSteps")
+        return self
+
+
+class QuantFormat(StrEnum):
+    INT4_G128 = "int4-g128"
+    INT4_G64 = "int4-g64"
+    INT8 = "int8"
+    BF16 = "bf16"
+
+
+@dataclass(frozen=True)
+class WeightFormat:
+    """What one stored weight format costs. Effective bits of a layer = bits per weight + the bits of
+    its scales and zero-points per weight: int4 in groups of 128 with a bf16 scale and a bf16
+    zero-point per group is 4 + 32/128 = 4.25; int8 per output row with a bf16 scale is
+    8 + 16/in_features; bf16 is 16. The planner and the worker both count with this."""
+
+    name: str  # what the spec, the plan and the report call it
+    bits: int  # per stored weight; 16 = kept in bf16
+    group_size: int | None  # weights per scale along the input dimension; None = one per output row
+    scale_bits: int = 16  # bf16 scales
+    zero_point_bits: int = 0  # asymmetric formats store one per group too
+
+    def effective_bits(self, in_features: int) -> float:
+        if self.bits >= 16:
+            return float(self.bits)
+        group = self.group_size or in_features
+        return self.bits + (self.scale_bits + self.zero_point_bits) / group
+
+    @property
+    def symmetric(self) -> bool:
+        return self.zero_point_bits == 0
+
+    def applicable(self, in_features: int) -> bool:
+        """A grouped format needs whole groups along the input dimension."""
+        return self.group_size is None or in_features % self.group_size == 0
+
+
+FORMATS: dict[str, WeightFormat] = {
+    f.name: f
+    for f in (
+        WeightFormat(QuantFormat.INT4_G128.value, 4, 128, zero_point_bits=16),
+        WeightFormat(QuantFormat.INT4_G64.value, 4, 64, zero_point_bits=16),
+        WeightFormat(QuantFormat.INT8.value, 8, None),
+        WeightFormat(QuantFormat.BF16.value, 16, None, scale_bits=0),
+    )
+}
+
+
+def budget_floor(formats: Iterable[str], layer_in_features: Sequence[tuple[int, int]]) -> float | None:
+    """The fewest effective bits per weight any assignment reaches: every layer in its cheapest
+    applicable format. `layer_in_features`: (parameters, in_features) per layer. None when some
+    layer has no applicable format."""
+    chosen = [FORMATS[f] for f in formats]
+    spent = total = 0.0
+    for parameters, in_features in layer_in_features:
+        costs = [f.effective_bits(in_features) for f in chosen if f.applicable(in_features)]
+        if not costs:
+            return None
+        spent += min(costs) * parameters
+        total += parameters
+    return spent / total if total else None
+
+
+class Quantize(ApiModel):
+    """Per-layer sensitivity on calibration text (the dataset's conversations), one format per decoder
+    linear layer under an effective-bits budget, a torchao export to spec.output, and perplexity,
+    memory and tokens/s of the export against bf16 on held-out windows."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                cel("self.formats.all(f, self.formats.filter(g, g == f).size() == 1)", "formats repeat"),
+            ]
+        }
+    }
+
+    budget_bits: float = Field(
+        default=4.5,
+        ge=2,
+        le=16,
+        description="Effective bits per weight over the quantized layers, scales and zero-points counted.",
+    )
+    formats: list[QuantFormat] = Field(
+        default_factory=lambda: [QuantFormat.INT4_G128, QuantFormat.INT8, QuantFormat.BF16],
+        min_length=1,
+        max_length=len(QuantFormat),
+        description="Formats a layer may be given (torchao's weight-only int4/int8, or kept in bf16).",
+    )
+    seq_length: int = Field(default=512, ge=16, le=32768, description="Tokens per calibration window.")
+    calibration_windows: int = Field(default=8, ge=1, le=4096)
+    held_out_windows: int = Field(default=8, ge=1, le=4096, description="Windows perplexity is measured on.")
+    batch_size: int = Field(default=4, ge=1, le=1024, description="Windows per forward pass.")
+
+
+# Which block belongs to which task (the others are refused), and the fields only causalLM reads.
+TASK_BLOCKS: dict[Task, str] = {Task.SUPER_RESOLUTION: "superResolution", Task.QUANTIZE: "quantize"}
+CAUSAL_LM_ONLY = ("method", "training", "passAtK", "parallelism")
+IMAGE_FOLDER_ONLY_FOR_SR = (
+    "dataset.format imageFolder is for task superResolution (which reads a folder of images, format "
+    "auto or imageFolder); the other tasks read JSONL"
+)
+
+
+def _spec_rules() -> list[dict[str, str]]:
+    rules = [
+        cel(
+            f"!has(self.{block}) || self.task == '{task.value}'",
+            f"spec.{block} applies only to task {task.value}",
+        )
+        for task, block in TASK_BLOCKS.items()
+    ]
+    rules += [
+        cel(
+            f"self.task == 'causalLM' || !has(self.{field})",
+            f"spec.{field} applies only to task causalLM",
+        )
+        for field in CAUSAL_LM_ONLY
+    ]
+    rules += [
+        cel(
+            "self.task == 'causalLM' || !has(self.framework) || self.framework == 'pytorch'",
+            "tasks superResolution and quantize run on the PyTorch worker only",
+        ),
+        cel(
+            "self.task != 'superResolution' || !has(self.model)",
+            "task superResolution trains its UNet from scratch: leave spec.model out",
+        ),
+        cel("self.task == 'superResolution' || has(self.model)", "spec.model is required for this task"),
+        cel(
+            "!has(self.dataset.format) || (self.task == 'superResolution' ? "
+            "self.dataset.format in ['auto', 'imageFolder'] : self.dataset.format != 'imageFolder')",
+            IMAGE_FOLDER_ONLY_FOR_SR,
+        ),
+        cel("self.task != 'quantize' || has(self.output)", "task quantize needs spec.output for the export"),
+    ]
+    return rules
+
+
+class FinetuneJobSpec(RunControl):
+    """Fine-tune a model (LoRA or full) with a JAX or PyTorch worker and report throughput, MFU and cost;
+    or, by `task`, train an SR3 super-resolution model or quantize a model per layer."""
+
+    model_config = RunControl.model_config | {"json_schema_extra": {"x-kubernetes-validations": _spec_rules()}}
+
+    task: Task = Field(default=Task.CAUSAL_LM, description="causalLM, superResolution or quantize.")
+    model: ModelSource | None = Field(default=None, description="Required except for task superResolution.")
     dataset: DatasetSource
     method: Method = Field(default_factory=lambda: Method(rank=16))
     training: Training = Field(default_factory=Training)
+    super_resolution: SuperResolution | None = Field(
+        default=None, description="Task superResolution's settings (defaults when left out)."
+    )
+    quantize: Quantize | None = Field(default=None, description="Task quantize's settings (defaults when left out).")
     framework: Framework | None = Field(
         default=None, description="Left out: jax on TPU, pytorch on GPU, Gaudi and CPU."
     )
@@ -373,3 +604,47 @@ class FinetuneJobSpec(RunControl):
         default=None, description="Optional pass@k eval after training, scored by a checker command."
     )
     pricing: Pricing = Field(default_factory=Pricing)
+
+    @model_validator(mode="after")
+    def _task_fields(self) -> FinetuneJobSpec:
+        """The spec rules (_spec_rules) for specs that never pass an apiserver (accelbench run, tests)."""
+        task = self.task
+        present = {to_camel(name) for name in self.model_fields_set if getattr(self, name) is not None}
+        for block_task, block in TASK_BLOCKS.items():
+            if block in present and task != block_task:
+                raise ValueError(f"spec.{block} applies only to task {block_task.value}")
+        if task != Task.CAUSAL_LM:
+            for name in CAUSAL_LM_ONLY:
+                if name in present:
+                    raise ValueError(f"spec.{name} applies only to task causalLM")
+            if self.framework not in (None, Framework.PYTORCH):
+                raise ValueError("tasks superResolution and quantize run on the PyTorch worker only")
+        if task == Task.SUPER_RESOLUTION and self.model is not None:
+            raise ValueError("task superResolution trains its UNet from scratch: leave spec.model out")
+        if task != Task.SUPER_RESOLUTION and self.model is None:
+            raise ValueError("spec.model is required for this task")
+        fmt = self.dataset.format
+        if task == Task.SUPER_RESOLUTION:
+            fits = fmt in (DatasetFormat.AUTO, DatasetFormat.IMAGE_FOLDER)
+        else:
+            fits = fmt != DatasetFormat.IMAGE_FOLDER
+        if not fits:
+            raise ValueError(IMAGE_FOLDER_ONLY_FOR_SR)
+        if task == Task.QUANTIZE and self.output is None:
+            raise ValueError("task quantize needs spec.output for the export")
+        return self
+
+    @property
+    def base_model(self) -> ModelSource:
+        """spec.model where the task has one (every task but superResolution)."""
+        if self.model is None:
+            raise ValueError(f"task {self.task.value} has no spec.model")
+        return self.model
+
+    @property
+    def sr(self) -> SuperResolution:
+        return self.super_resolution or SuperResolution()
+
+    @property
+    def quantization(self) -> Quantize:
+        return self.quantize or Quantize()

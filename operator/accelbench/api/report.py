@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import Field, ValidationError
 
 from .base import ApiModel
-from .status import BenchCell, BenchResults, PassAtKResults
+from .status import BenchCell, BenchResults, PassAtKResults, QuantizationResults, SuperResolutionResults
 
 log = logging.getLogger(__name__)
 
@@ -35,9 +35,13 @@ class WorkerError(ApiModel):
 
 class FinetuneMetrics(ApiModel):
     steps: int = Field(ge=0)
-    trained_tokens: int = Field(ge=0, description="Tokens that carry loss, after masking.")
-    tokens_per_second: float = Field(ge=0, description="Trained tokens per second of steady-state steps.")
-    tokens_per_second_per_chip: float = Field(ge=0)
+    trained_tokens: int | None = Field(
+        default=None, ge=0, description="Tokens that carry loss, after masking (task causalLM)."
+    )
+    tokens_per_second: float | None = Field(
+        default=None, ge=0, description="Trained tokens per second of steady-state steps (task causalLM)."
+    )
+    tokens_per_second_per_chip: float | None = Field(default=None, ge=0)
     mfu: float | None = Field(default=None, ge=0, le=1)
     flops_per_token: float | None = Field(default=None, ge=0)
     mfu_formula: str | None = Field(default=None, max_length=300)
@@ -76,6 +80,8 @@ class WorkerReport(ApiModel):
     chips: int = Field(default=1, ge=1)
     rank: int = Field(default=0, ge=0)
     finetune: FinetuneMetrics | None = None
+    super_resolution: SuperResolutionResults | None = None  # task superResolution
+    quantization: QuantizationResults | None = None  # task quantize
     bench: BenchResults | None = None
     timings: Timings | None = None
     memory: Memory | None = None
@@ -200,7 +206,7 @@ def physically_impossible(report: WorkerReport) -> str | None:
     FLOPs count or the catalog's peak is wrong, and the run's figures cannot be shown as measured.
     Judged where reports are read (a worker still writes what it measured)."""
     ft = report.finetune
-    if ft is None or not ft.flops_per_token or not ft.peak_tflops_per_chip:
+    if ft is None or ft.tokens_per_second is None or not ft.flops_per_token or not ft.peak_tflops_per_chip:
         return None
     achieved = ft.tokens_per_second * ft.flops_per_token
     peak = report.chips * ft.peak_tflops_per_chip * 1e12

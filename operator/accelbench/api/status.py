@@ -196,13 +196,50 @@ class PassAtKResults(ApiModel):
         return self
 
 
+class SuperResolutionResults(ApiModel):
+    """Task superResolution: training speed and the held-out images' quality beside bicubic."""
+
+    images_per_second: float | None = Field(default=None, ge=0, description="Global, steady-state steps.")
+    images_per_second_per_chip: float | None = Field(default=None, ge=0)
+    parameters: int | None = Field(default=None, ge=0, description="The UNet's parameter count.")
+    eval_images: int = Field(default=0, ge=0)
+    psnr: float | None = Field(default=None, description="Mean PSNR of the held-out images, dB.")
+    ssim: float | None = Field(default=None, ge=-1, le=1)
+    bicubic_psnr: float | None = Field(default=None, description="The same images upsampled bicubically.")
+    bicubic_ssim: float | None = Field(default=None, ge=-1, le=1)
+    eval_seconds: float | None = Field(default=None, ge=0)
+
+
+class QuantizationResults(ApiModel):
+    """Task quantize: the chosen formats' cost and what they do to quality, memory and speed."""
+
+    budget_bits: float = Field(ge=0)
+    effective_bits: float = Field(ge=0, description="Per weight of the quantized layers, scales counted.")
+    model_effective_bits: float = Field(ge=0, description="Per weight of the whole model (bf16 rest counted).")
+    compression: float = Field(ge=0, description="bf16 bytes / exported bytes, whole model.")
+    layers: int = Field(ge=0)
+    formats_used: dict[str, int] = Field(default_factory=dict, description="Format -> layers given it.")
+    perplexity_bf16: float = Field(ge=0)
+    perplexity_quantized: float = Field(ge=0)
+    perplexity_increase: float = Field(description="Relative: 0.02 is +2 %.")
+    weight_bytes_bf16: int = Field(ge=0)
+    weight_bytes_quantized: int = Field(ge=0)
+    prefill_tokens_per_second_bf16: float | None = Field(default=None, ge=0)
+    prefill_tokens_per_second_quantized: float | None = Field(default=None, ge=0)
+    decode_tokens_per_second_bf16: float | None = Field(default=None, ge=0)
+    decode_tokens_per_second_quantized: float | None = Field(default=None, ge=0)
+    sensitivity_table: str | None = Field(
+        default=None, max_length=2048, description="Where the per-layer sensitivity table was written."
+    )
+
+
 class FinetuneResults(ApiModel):
-    tokens_per_second: float = Field(ge=0)
-    tokens_per_second_per_chip: float = Field(ge=0)
+    tokens_per_second: float | None = Field(default=None, ge=0, description="Task causalLM.")
+    tokens_per_second_per_chip: float | None = Field(default=None, ge=0)
     mfu: float | None = Field(default=None, ge=0, le=1)
     mfu_formula: str | None = None
-    trained_tokens: int = Field(ge=0)
-    steps: int = Field(ge=0)
+    trained_tokens: int | None = Field(default=None, ge=0)
+    steps: int = Field(default=0, ge=0)
     first_loss: float | None = None
     final_loss: float | None = None
     eval_loss: float | None = None
@@ -210,6 +247,8 @@ class FinetuneResults(ApiModel):
     train_seconds: float | None = Field(default=None, ge=0)
     device: str | None = None
     pass_at_k: PassAtKResults | None = None
+    super_resolution: SuperResolutionResults | None = None
+    quantization: QuantizationResults | None = None
 
 
 class BenchCell(ApiModel):

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ..api import FinetuneJob, InferenceBench, Resource
+from ..api import FinetuneJob, InferenceBench, Resource, Task
 from ..catalog import CatalogError, resolve_model_shape
 from ..plan.types import Plan
 
@@ -91,6 +91,11 @@ def project(resource: Resource, plan: Plan, measured: MeasuredRuns | None = None
 
 def unprojectable(resource: Resource) -> str:
     """Why a cell has no projection, and what the user can set."""
+    if isinstance(resource, FinetuneJob) and resource.spec.task != Task.CAUSAL_LM:
+        return (
+            f"no cost projection for task {resource.spec.task.value} (it has no token count): "
+            "set activeDeadlineSeconds"
+        )
     if isinstance(resource, FinetuneJob):
         return (
             "no cost projection (training by epochs, or an unknown model size): "
@@ -102,7 +107,7 @@ def unprojectable(resource: Resource) -> str:
 def _trained(job: FinetuneJob) -> tuple[float, int] | None:
     """(parameters, tokens) of a fine-tune by steps; None by epochs or with an unknown model size."""
     training = job.spec.training
-    if training.max_steps is None:
+    if training.max_steps is None or job.spec.model is None or job.spec.task != Task.CAUSAL_LM:
         return None
     try:
         parameters = resolve_model_shape(job.spec.model).parameters

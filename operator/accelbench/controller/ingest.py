@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from accelbench.api.report import (
     STORED_REPORT_LIMIT,
-    FinetuneMetrics,
     ReportError,
     ReportKind,
     Timings,
@@ -64,13 +64,20 @@ def _invalid(reason: str, message: str, generation: int | None) -> Ingested:
     return Ingested(make_condition(ConditionType.RESULT_VALID.value, False, reason, message, generation))
 
 
-def finetune_results(
-    metrics: FinetuneMetrics, timings: Timings | None, device: str | None
-) -> FinetuneResults:
-    """The status view of a fine-tune report: the headline numbers, not the loss history.
+def finetune_results(report: WorkerReport) -> FinetuneResults:
+    """The status view of a fine-tune report (any task): the headline numbers, not the loss history.
 
     Rounded to what a measurement supports (and what `kubectl get` columns can show): 4
     significant digits; the full-precision figures stay in the worker's log."""
+    metrics, timings = report.finetune, report.timings
+    if metrics is None:
+        raise ReportError(Reason.RESULT_INVALID.value, "finetune report has no finetune metrics")
+    if metrics.tokens_per_second is None and report.super_resolution is None and report.quantization is None:
+        raise ReportError(
+            Reason.RESULT_INVALID.value,
+            "finetune report has no throughput: neither tokensPerSecond nor a superResolution or "
+            "quantization section",
+        )
     return FinetuneResults(
         tokens_per_second=_sig(metrics.tokens_per_second),
         tokens_per_second_per_chip=_sig(metrics.tokens_per_second_per_chip),
@@ -83,9 +90,30 @@ def finetune_results(
         eval_loss=_sig(metrics.eval_loss),
         perplexity=_sig(metrics.perplexity),
         train_seconds=_sig(timings.train_seconds) if timings else None,
-        device=device,
+        device=report.device,
         pass_at_k=pass_at_k_results(metrics.pass_at_k),
+        super_resolution=_rounded(report.super_resolution),
+        quantization=_rounded(report.quantization),
     )
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _rounded(section: M | None) -> M | None:
+    """A report section with its float fields at 4 significant digits (counts and texts as they are)."""
+    if section is None:
+        return None
+    update = {
+        name: _sig(value)
+        for name, value in section
+        if isinstance(value, float) and name not in _EXACT_FIELDS
+    }
+    return section.model_copy(update=update)
+
+
+# Budgets and bits are set or counted exactly; rounding them would misstate a ≤ 4.5-bit result.
+_EXACT_FIELDS = frozenset({"budget_bits", "effective_bits", "model_effective_bits"})
 
 
 def pass_at_k_results(section: PassAtKResults | None) -> PassAtKResults | None:
@@ -120,9 +148,7 @@ def results_of(report: WorkerReport, kind: str) -> FinetuneResults | BenchResult
             Reason.RESULT_INVALID.value, f"report kind is {report.kind.value}, expected {expected.value}"
         )
     if report.kind == ReportKind.FINETUNE:
-        if report.finetune is None:
-            raise ReportError(Reason.RESULT_INVALID.value, "finetune report has no finetune metrics")
-        return finetune_results(report.finetune, report.timings, report.device)
+        return finetune_results(report)
     if report.bench is None:
         raise ReportError(Reason.RESULT_INVALID.value, "bench report has no bench results")
     return report.bench  # the worker already wrote the status shape; it passes through

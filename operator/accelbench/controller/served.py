@@ -2,11 +2,13 @@
 
 A bench naming `spec.model.finetuneJob` waits (Pending, Applied=False/WaitingForModel) until that
 FinetuneJob of its namespace has succeeded, then serves its output:
-- a merged model (method full, or LoRA with output.mergeLora, the default): output.uri;
+- a merged model (method full, or LoRA with output.mergeLora, the default) or a quantized export
+  (task quantize; transformers' torchao format, which vLLM loads): output.uri;
 - a LoRA adapter (output.mergeLora: false): the FinetuneJob's base model.uri with the adapter on top,
   named after the FinetuneJob, at its rank (vLLM's multi-LoRA serving; render refuses other engines).
 Family, size and parameters come from the FinetuneJob, so the planner sizes what was trained.
-A FinetuneJob that failed, writes no output or writes Orbax checkpoints (no engine loads them) ends
+A FinetuneJob that failed, writes no output, writes Orbax checkpoints (no engine loads them) or
+trains a super-resolution UNet ends
 the bench as Failed/ModelUnavailable: it never starts, so it never costs anything.
 
 The outcome is kept in status.servedModel when the children are applied, and later renders of the
@@ -22,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..api.finetune import Task
 from ..api.status import Phase
 
 FINETUNE_JOB_FIELD = "finetuneJob"
@@ -56,6 +59,11 @@ def served_from_finetune(name: str, finetune: Mapping[str, Any]) -> tuple[dict[s
     """(status.servedModel, None) for a FinetuneJob that succeeded, else (None, why it cannot serve)."""
     spec = finetune.get("spec") or {}
     output = spec.get("output") or {}
+    if spec.get("task") == Task.SUPER_RESOLUTION.value:
+        return None, (
+            f"FinetuneJob {name} trains a super-resolution UNet (task superResolution): there is no "
+            "language model to serve"
+        )
     if not output.get("uri"):
         return None, f"FinetuneJob {name} writes no output.uri: there is nothing to serve"
     if output.get("format") == "orbax":

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..api.finetune import FinetuneJobSpec, MethodType, Parallelism, ParallelismStrategy
+from ..api.finetune import FinetuneJobSpec, MethodType, Parallelism, ParallelismStrategy, Task
 from ..catalog import AcceleratorSpec, Catalog, ModelShape
 from .common import accelerator, amount, chip_label, fits, framework_for, gb, model_shape, usable_bytes
 from .memory import finetune_memory, lora_adapter_parameters
 from .placement import Placement, candidate_placements, placement_with_chips, requested_placement
 from .pricing import price_for
+from .tasks import plan_quantize, plan_super_resolution
 from .types import MemoryEstimate, Plan, PlanError
 
 MemoryFn = Callable[[int, int], MemoryEstimate]  # (fsdp, tp) -> per-chip memory
@@ -20,14 +21,18 @@ def plan_finetune(spec: FinetuneJobSpec, catalog: Catalog) -> Plan:
 
     One chip first; shard (FSDP over every chip, unless parallelism is explicit) only when the
     model does not fit, in the counts the accelerator allows. A count or topology in the spec is
-    checked, never changed.
+    checked, never changed. Tasks superResolution and quantize are planned by plan/tasks.py.
     """
+    if spec.task == Task.SUPER_RESOLUTION:
+        return plan_super_resolution(spec, catalog)
+    if spec.task == Task.QUANTIZE:
+        return plan_quantize(spec, catalog)
     accel = accelerator(catalog, spec.accelerator.type.value)
     precision = spec.training.precision.value
     _check_precision(precision, accel, framework_for(spec.framework, accel))
     if spec.gaudi is not None and accel.vendor != "habana":
         raise PlanError(f"spec.gaudi applies to Gaudi accelerators (gaudi2, gaudi3), not {accel.name}")
-    shape = model_shape(spec.model)
+    shape = model_shape(spec.base_model)
     memory_for = _memory_function(spec, shape, accel)
     requested = requested_placement(accel, spec.accelerator.count, spec.accelerator.topology)
     framework = framework_for(spec.framework, accel)

@@ -6,7 +6,7 @@ Sizes are decimal bytes (1 GB = 1e9 B), the unit accelerator datasheets use for 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from ..api.finetune import expand_lora_targets
 from ..catalog import ModelShape, projection_dims
@@ -181,5 +181,116 @@ def serving_memory(
         adapters=0.0,
         activations=0.0,
         kv_cache=kv_cache_bytes(shape, kv_bytes, context_tokens, concurrency) / kv_shards,
+        overhead=overhead_gb * GB,
+    )
+
+
+def _resnet_parameters(c_in: int, c_out: int, time_dim: int) -> int:
+    """diffusers' ResnetBlock2D: two GroupNorms, two 3×3 convs, the time projection, a 1×1 shortcut
+    when the width changes."""
+    shortcut = c_in * c_out + c_out if c_in != c_out else 0
+    return 2 * c_in + (9 * c_in * c_out + c_out) + (time_dim * c_out + c_out) + 2 * c_out + (
+        9 * c_out * c_out + c_out
+    ) + shortcut
+
+
+def _attention_parameters(channels: int) -> int:
+    return 2 * channels + 4 * (channels * channels + channels)  # GroupNorm, q, k, v, out
+
+
+def unet_parameters(
+    channels: Sequence[int], layers_per_block: int, attention_levels: int, in_channels: int = 6, out_channels: int = 3
+) -> int:
+    """Parameters of the SR3 UNet (diffusers' UNet2DModel as workers/diffusion/sr3.build_unet makes
+    it: attention in the `attention_levels` lowest-resolution levels and the middle block)."""
+    levels = len(channels)
+    first_attention = levels - attention_levels
+    c0 = channels[0]
+    time_dim = 4 * c0
+    total = 9 * in_channels * c0 + c0 + (c0 * time_dim + time_dim) + (time_dim * time_dim + time_dim)
+    previous = c0
+    for level, width in enumerate(channels):  # down path
+        for layer in range(layers_per_block):
+            total += _resnet_parameters(previous if layer == 0 else width, width, time_dim)
+            if level >= first_attention:
+                total += _attention_parameters(width)
+        if level < levels - 1:
+            total += 9 * width * width + width  # strided conv
+        previous = width
+    deepest = channels[-1]
+    total += 2 * _resnet_parameters(deepest, deepest, time_dim) + _attention_parameters(deepest)
+    reversed_widths = list(reversed(channels))
+    previous = deepest
+    for index, width in enumerate(reversed_widths):  # up path: each resnet also takes a skip
+        below = reversed_widths[min(index + 1, levels - 1)]
+        for layer in range(layers_per_block + 1):
+            skip = below if layer == layers_per_block else width
+            c_in = previous if layer == 0 else width
+            total += _resnet_parameters(c_in + skip, width, time_dim)
+            if index < attention_levels:
+                total += _attention_parameters(width)
+        if index < levels - 1:
+            total += 9 * width * width + width  # conv after nearest upsampling
+        previous = width
+    return total + 2 * c0 + 9 * c0 * out_channels + out_channels
+
+
+def unet_activation_elements(size: int, channels: Sequence[int], layers_per_block: int) -> int:
+    """Feature-map elements per image the UNet's resnets produce: at level i, (size / 2^i)^2 × width,
+    for the down path's and the up path's resnets and the middle block. Bytes per element are
+    SR_ACTIVATION_BYTES (measured); attention maps are small beside them at SR3's resolutions."""
+    elements = 0
+    for level, width in enumerate(channels):
+        side = size // 2**level
+        elements += side * side * width * (2 * layers_per_block + 1)
+    side = size // 2 ** (len(channels) - 1)
+    return elements + 2 * side * side * channels[-1]
+
+
+# Bytes of saved activations per feature-map element (unet_activation_elements) in a training step:
+# every resnet keeps its norms', activations' and convolutions' outputs for backward. Fitted to the
+# SR3 runs on one H100 (benchmarks/diffusion_sr/results/h100: 128 px, widths 64-128-256-512, peak
+# 23.86 GB at batch 64 and 45.97 GB at batch 128 in bf16, 27.24 GB at batch 64 in fp32); bf16
+# autocast keeps fp32 inputs beside bf16 copies, so it saves less than half of fp32.
+SR_ACTIVATION_BYTES = {"bf16": 34.3, "fp32": 39.5}
+SR_WORKSPACE_GB = 0.75  # convolution workspaces and allocator slack at those runs, beside weights
+
+
+def super_resolution_memory(
+    *,
+    size: int,
+    channels: Sequence[int],
+    layers_per_block: int,
+    attention_levels: int,
+    images_per_chip: int,
+    precision: str,
+    overhead_gb: float,
+) -> MemoryEstimate:
+    """Per-chip memory of an SR3 training step under DDP: fp32 weights, gradients and AdamW's two
+    moments (16 B per parameter, on every chip), plus the activations of this chip's images."""
+    n = unet_parameters(channels, layers_per_block, attention_levels)
+    per_image = unet_activation_elements(size, channels, layers_per_block) * SR_ACTIVATION_BYTES[precision]
+    return MemoryEstimate(
+        weights=n * FP32,
+        gradients=n * FP32,
+        optimizer=n * 2 * FP32,
+        adapters=0.0,
+        activations=per_image * images_per_chip,
+        overhead=(overhead_gb + SR_WORKSPACE_GB) * GB,
+    )
+
+
+def quantize_memory(shape: ModelShape, *, seq: int, batch: int, overhead_gb: float) -> MemoryEstimate:
+    """Per-chip memory of the quantize task: the bf16 model (the exported copy is loaded only after
+    it is freed) and a forward pass without gradients, whose largest tensors are the logits: bf16,
+    their fp32 upcast and the loss's fp32 log-softmax over `batch` × `seq` tokens."""
+    logits = batch * seq * shape.vocab * (BF16 + 2 * FP32)
+    hidden = batch * seq * shape.hidden * BF16 * 8  # a layer's working set; layers run in turn
+    return MemoryEstimate(
+        weights=shape.parameters * BF16,
+        gradients=0.0,
+        optimizer=0.0,
+        adapters=0.0,
+        activations=logits + hidden,
         overhead=overhead_gb * GB,
     )

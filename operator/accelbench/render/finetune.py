@@ -146,7 +146,8 @@ def build_worker_env(job: FinetuneJob, plan: Plan, accel: AcceleratorSpec) -> li
 
 
 def input_uris(job: FinetuneJob) -> list[str]:
-    uris = [job.spec.model.uri, job.spec.dataset.uri]
+    model = [job.spec.model.uri] if job.spec.model is not None else []
+    uris = [*model, job.spec.dataset.uri]
     if job.spec.pass_at_k is not None:
         uris.append(job.spec.pass_at_k.dataset)
     return uris

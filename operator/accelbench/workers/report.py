@@ -65,7 +65,7 @@ def throughput(steps: list[StepRecord], excluded: int) -> tuple[float, float | N
     return tokens / seconds, seconds / len(steady)
 
 
-def _thin(values: list[float], limit: int) -> list[float]:
+def thin(values: list[float], limit: int) -> list[float]:
     if len(values) <= limit:
         return values
     stride = len(values) / limit
@@ -90,9 +90,7 @@ def build_report(
     peak_tflops_per_chip: float | None,
     rank: int = 0,
     total_seconds: float,
-    load: tuple[float, int] | None = None,
 ) -> WorkerReport:
-    """`load`: (seconds, bytes) spent copying inputs from object storage, when there were any."""
     tokens_per_second, step_mean = throughput(outcome.steps, outcome.warmup_steps_excluded)
     chips = max(outcome.chips, 1)
     utilization = None
@@ -116,7 +114,7 @@ def build_report(
         eval_loss=eval_loss,
         perplexity=perplexity(eval_loss),
         pass_at_k=outcome.pass_at_k,
-        loss_history=_thin(losses, LOSS_HISTORY_LIMIT),
+        loss_history=thin(losses, LOSS_HISTORY_LIMIT),
     )
     train_seconds = sum(s.seconds for s in outcome.steps)
     return WorkerReport(
@@ -133,8 +131,6 @@ def build_report(
             compile_seconds=outcome.compile_seconds,
             train_seconds=train_seconds,
             step_seconds_mean=step_mean,
-            load_seconds=load[0] if load else None,
-            load_bytes=load[1] if load else None,
         ),
         memory=Memory(
             peak_bytes_per_chip=outcome.peak_memory_bytes,

@@ -18,6 +18,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -87,6 +88,7 @@ class SRReport:
     bicubic_ssim: float | None = None
     eval_seconds: float | None = None
     peak_memory_bytes: int | None = None
+    train_seconds: float | None = None  # all training steps, warm-up included
 
 
 def norm_groups(channels: tuple[int, ...]) -> int:
@@ -135,8 +137,13 @@ def train(
     eval_images: torch.Tensor,
     dist: DistEnv,
     log: Callable[[str], None] = print,
+    on_step: Callable[[int, int, float], None] | None = None,
+    save_to: Path | None = None,
 ) -> SRReport:
-    """Train on `train_images` (N, 3, size, size in [-1, 1]) and evaluate on `eval_images`."""
+    """Train on `train_images` (N, 3, size, size in [-1, 1]) and evaluate on `eval_images`.
+
+    `on_step(step, steps, loss)` after every step (progress, gauges); `save_to`: the main process
+    writes the trained UNet there (diffusers' save_pretrained: config.json and safetensors)."""
     from diffusers import DDIMScheduler, DDPMScheduler
 
     started = time.perf_counter()
@@ -192,6 +199,8 @@ def train(
         losses.append(float(global_loss))
         synchronize(device)
         seconds.append(time.perf_counter() - tick)
+        if on_step is not None:
+            on_step(step, settings.steps, losses[-1])
         if dist.is_main and (step == 1 or step % max(1, settings.steps // 10) == 0 or step == settings.steps):
             log(f"step {step}/{settings.steps} loss {losses[-1]:.5f} ({seconds[-1]:.3f}s)")
 
@@ -218,6 +227,9 @@ def train(
             f"(bicubic {report.bicubic_psnr:.2f} dB, {report.bicubic_ssim:.4f}) in {report.eval_seconds:.1f}s"
         )
     report.peak_memory_bytes = peak_memory(device)
+    report.train_seconds = round(sum(seconds), 3)
+    if dist.is_main and save_to is not None:
+        model.save_pretrained(save_to, safe_serialization=True)  # type: ignore[operator]
     if distributed:
         torch.distributed.barrier()
     return report

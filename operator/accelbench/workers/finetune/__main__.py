@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...api import FinetuneJob, Framework, MethodType, WorkerReport
+from ...api import FinetuneJob, Framework, MethodType, Task, WorkerReport
+from ...api.report import Timings
 from ...api.contract import (
     ENV_COMPILE,
     ENV_COMPLETION_INDEX,
@@ -101,7 +102,7 @@ def read_model_config(model_dir: Path) -> dict[str, Any]:
 
 def job_flops(job: FinetuneJob, model_dir: Path) -> tuple[float, str]:
     """FLOPs per trained token of the model actually loaded (its config.json, not the catalog)."""
-    shape = shape_from_hf_config(read_model_config(model_dir), job.spec.model.family.value)
+    shape = shape_from_hf_config(read_model_config(model_dir), job.spec.base_model.family.value)
     method = job.spec.method
     rank = method.rank if method.type == MethodType.LORA else None
     result = flops_per_token(shape, job.spec.training.seq_length, rank, method.target_modules)
@@ -155,9 +156,9 @@ def build_context(
 ) -> TrainContext:
     job, plan = job_input.job, job_input.plan
     spec = job.spec
-    model_dir = local_input(spec.model.uri, options, staged)
+    model_dir = local_input(spec.base_model.uri, options, staged)
     if not model_dir.is_dir():
-        raise InvalidConfigError(f"model dir {model_dir} (from {spec.model.uri}) does not exist")
+        raise InvalidConfigError(f"model dir {model_dir} (from {spec.base_model.uri}) does not exist")
     dataset = local_input(spec.dataset.uri, options, staged)
     if not dataset.is_file():
         raise InvalidConfigError(f"dataset {dataset} (from {spec.dataset.uri}) does not exist")
@@ -169,7 +170,7 @@ def build_context(
     if spec.output is not None:
         output_dir = local_output(spec.output.uri, job, options, staged)
     config = data_config_from_spec(spec, plan, options.max_steps)
-    data: PreparedData = prepare_data(model_dir, dataset, config, spec.model.family.value)
+    data: PreparedData = prepare_data(model_dir, dataset, config, spec.base_model.family.value)
     data.micro_batch_size(max(dist.world_size, 1) if plan.framework == Framework.PYTORCH else 1)  # fail early
     flops, _ = job_flops(job, model_dir)
     return TrainContext(
@@ -202,7 +203,7 @@ def pass_at_k_task(
     path = local_input(spec.dataset, options, staged)
     if not path.is_file():
         raise InvalidConfigError(f"pass@k problems {path} (from {spec.dataset}) do not exist")
-    return load_task(spec, path, model_dir, job.spec.model.family.value)
+    return load_task(spec, path, model_dir, job.spec.base_model.family.value)
 
 
 def _stderr(message: str) -> None:
@@ -239,21 +240,15 @@ def run_job(job_input: JobInput, options: RunOptions | None = None) -> tuple[Wor
             (options.log or _stderr)(f"metrics: serving on port {server.port}")
         sink: MetricsSink = TeeSink(metrics, options.extra_sink) if options.extra_sink else metrics
         staged = Staged()
-        ctx = build_context(job_input, dist, sink, options, staged)
-        outcome = train_with(framework, ctx)
-        flops, formula = job_flops(job_input.job, ctx.model_dir)
-        report = build_report(
-            outcome,
-            flops_per_token=flops,
-            mfu_formula=formula,
-            peak_tflops_per_chip=ctx.peak_tflops_per_chip,
-            rank=dist.rank,
-            total_seconds=time.perf_counter() - started,
-            load=(staged.seconds, staged.bytes) if staged.any else None,
-        )
-        if staged.upload_to is not None and dist.rank == 0 and ctx.output_dir is not None:
+        job = job_input.job
+        if job.spec.task == Task.CAUSAL_LM:
+            report, output_dir = run_causal_lm(job_input, dist, sink, options, staged)
+        else:
+            report, output_dir = run_other_task(job, dist, sink, options, staged)
+        report = with_run_timings(report, time.perf_counter() - started, staged)
+        if staged.upload_to is not None and dist.rank == 0 and output_dir is not None:
             try:
-                deliver(report, ctx.output_dir, staged.upload_to, options.log or _stderr)
+                deliver(report, output_dir, staged.upload_to, options.log or _stderr)
             except storage.OutputError as exc:
                 # Trained, but the outputs are not where the spec says. Not retried (that would pay
                 # for the run again); the failure's message keeps what was measured.
@@ -270,9 +265,61 @@ def run_job(job_input: JobInput, options: RunOptions | None = None) -> tuple[Wor
             server.stop()
 
 
+def run_causal_lm(
+    job_input: JobInput, dist: DistEnv, sink: MetricsSink, options: RunOptions, staged: Staged
+) -> tuple[WorkerReport, Path | None]:
+    ctx = build_context(job_input, dist, sink, options, staged)
+    outcome = train_with(job_input.plan.framework, ctx)
+    flops, formula = job_flops(job_input.job, ctx.model_dir)
+    report = build_report(
+        outcome,
+        flops_per_token=flops,
+        mfu_formula=formula,
+        peak_tflops_per_chip=ctx.peak_tflops_per_chip,
+        rank=dist.rank,
+        total_seconds=0.0,
+    )
+    return report, ctx.output_dir
+
+
+def run_other_task(
+    job: FinetuneJob, dist: DistEnv, sink: MetricsSink, options: RunOptions, staged: Staged
+) -> tuple[WorkerReport, Path | None]:
+    """Tasks superResolution and quantize (workers/finetune/tasks.py), inputs staged as for causalLM."""
+    from . import tasks
+
+    spec, log = job.spec, options.log or _stderr
+    output_dir = local_output(spec.output.uri, job, options, staged) if spec.output is not None else None
+    dataset = local_input(spec.dataset.uri, options, staged)
+    if spec.task == Task.SUPER_RESOLUTION:
+        return tasks.run_super_resolution(job, dist, sink, dataset, output_dir, log), output_dir
+    model_dir = local_input(spec.base_model.uri, options, staged)
+    if not model_dir.is_dir():
+        raise InvalidConfigError(f"model dir {model_dir} (from {spec.base_model.uri}) does not exist")
+    if not dataset.is_file():
+        raise InvalidConfigError(f"dataset {dataset} (from {spec.dataset.uri}) does not exist")
+    if output_dir is None:
+        raise InvalidConfigError("task quantize needs spec.output for the export")
+    return tasks.run_quantize(job, model_dir, dataset, output_dir, log), output_dir
+
+
+def with_run_timings(report: WorkerReport, total_seconds: float, staged: Staged) -> WorkerReport:
+    """The whole run's wall time and the object-storage copy, which only the entrypoint sees."""
+    timings = report.timings or Timings(total_seconds=0.0)
+    update: dict[str, float | int | None] = {"total_seconds": max(total_seconds, 0.0)}
+    if staged.any:
+        update |= {"load_seconds": staged.seconds, "load_bytes": staged.bytes}
+    return report.model_copy(update={"timings": timings.model_copy(update=update)})
+
+
 def _summary(report: WorkerReport) -> str:
+    if report.quantization is not None:
+        q = report.quantization
+        return f"{q.effective_bits:.3f} effective bits, perplexity {100 * q.perplexity_increase:+.2f} %"
+    if report.super_resolution is not None and report.super_resolution.images_per_second is not None:
+        return f"{report.super_resolution.images_per_second:.1f} images/s"
     metrics = report.finetune
-    if metrics is None:
+    if metrics is None or metrics.tokens_per_second is None:
         return "no metrics"
     return f"{metrics.steps} steps, {metrics.tokens_per_second:.1f} tokens/s"
 

@@ -1,9 +1,5 @@
-"""The weight formats a layer can be given, what each costs in bits, and how each is simulated and
-exported with torchao (no hand-written kernels).
-
-Effective bits of a layer = bits per weight + the bits of its scales and zero-points per weight:
-int4 in groups of 128 with a bf16 scale and a bf16 zero-point per group is 4 + 32/128 = 4.25 bits;
-int8 per output channel with a bf16 scale is 8 + 16/in_features; bf16 is 16.
+"""How each weight format (api.finetune.FORMATS: what a layer can be given and what it costs in
+effective bits) is simulated and exported with torchao (no hand-written kernels).
 
 The simulation (`fake_quantize`) uses torchao's affine quantization primitives with the block shape
 and mapping of the format, so a sensitivity measured with it is the error the exported format makes.
@@ -14,42 +10,16 @@ IntxWeightOnlyConfig with the same grouping, which computes the same values with
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-BF16 = "bf16"
+from ...api.finetune import FORMATS, QuantFormat, WeightFormat
 
-
-@dataclass(frozen=True)
-class WeightFormat:
-    name: str  # what the spec, the plan and the report call it
-    bits: int  # per stored weight; 16 = kept in bf16
-    group_size: int | None  # weights per scale along the input dimension; None = one per output row
-    scale_bits: int = 16  # bf16 scales
-    zero_point_bits: int = 0  # asymmetric formats store one per group too
-
-    def effective_bits(self, in_features: int) -> float:
-        if self.bits >= 16:
-            return float(self.bits)
-        group = self.group_size or in_features
-        return self.bits + (self.scale_bits + self.zero_point_bits) / group
-
-    @property
-    def symmetric(self) -> bool:
-        return self.zero_point_bits == 0
-
-
-FORMATS: dict[str, WeightFormat] = {
-    f.name: f
-    for f in (
-        WeightFormat("int4-g128", 4, 128, zero_point_bits=16),
-        WeightFormat("int4-g64", 4, 64, zero_point_bits=16),
-        WeightFormat("int8", 8, None),
-        WeightFormat(BF16, 16, None, scale_bits=0),
-    )
-}
+# The formats and their cost in bits live in the API (the planner checks a budget before any pod
+# runs); this module simulates and exports them.
+BF16 = QuantFormat.BF16.value
+__all__ = ["BF16", "FORMATS", "WeightFormat", "applicable", "block_size", "export_config", "fake_quantize"]
 
 
 def block_size(fmt: WeightFormat, weight: torch.Tensor) -> tuple[int, int]:
@@ -57,8 +27,7 @@ def block_size(fmt: WeightFormat, weight: torch.Tensor) -> tuple[int, int]:
 
 
 def applicable(fmt: WeightFormat, in_features: int) -> bool:
-    """A grouped format needs whole groups along the input dimension."""
-    return fmt.group_size is None or in_features % fmt.group_size == 0
+    return fmt.applicable(in_features)
 
 
 def fake_quantize(weight: torch.Tensor, fmt: WeightFormat) -> torch.Tensor:

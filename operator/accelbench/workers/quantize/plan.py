@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .. import InvalidConfigError
-from .formats import WeightFormat
+from ...api.finetune import WeightFormat
 
 
 @dataclass(frozen=True)

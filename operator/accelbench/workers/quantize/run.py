@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from .. import InvalidConfigError
+from . import REPORT_FILE
 from ..data import ChatTokenizer, read_jsonl
 from .formats import BF16, FORMATS, WeightFormat, applicable, export_config, fake_quantize
 from .plan import Assignment, Layer, choose
@@ -306,5 +307,5 @@ def quantize_model(
         f"({used}); perplexity {report.perplexity_bf16:.3f} -> {report.perplexity_quantized:.3f} "
         f"({100 * report.perplexity_increase:+.2f} %)"
     )
-    (out_dir / "quantization-report.json").write_text(json.dumps(asdict(report), indent=2) + "\n")
+    (out_dir / REPORT_FILE).write_text(json.dumps(asdict(report), indent=2) + "\n")
     return report

@@ -371,7 +371,7 @@ def save_output(ctx: TrainContext, loaded: LoadedModel, split: Split) -> str:
             ctx.output_dir,
             rank=spec.method.rank or 0,
             alpha=spec.method.lora_alpha,
-            base=spec.model.uri,
+            base=spec.base_model.uri,
         )
         return str(path)
     return str(export_hf(model, loaded.cfg, ctx.model_dir, ctx.output_dir, layout=loaded.layout))
