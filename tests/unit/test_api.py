@@ -112,7 +112,7 @@ def test_lora_alpha_defaults_to_twice_rank() -> None:
         ("spec.trainng", {}, "spec.trainng: unknown field"),
         ("spec.pricing", {"source": "custom"}, "pricing source custom needs dollarsPerChipHour"),
         ("spec.parallelism", {"strategy": "explicit"}, "explicit parallelism needs fsdp and/or tp"),
-        ("spec.model", _DELETE, "spec.model: Field required"),
+        ("spec.model", _DELETE, "spec.model is required for tasks causalLM and quantize"),
         ("metadata.name", "Not_A_DNS_Name", "metadata.name: String should match pattern"),
     ],
 )

@@ -561,7 +561,10 @@ def _spec_rules() -> list[dict[str, str]]:
             "self.task != 'superResolution' || !has(self.model)",
             "task superResolution trains its UNet from scratch: leave spec.model out",
         ),
-        cel("self.task == 'superResolution' || has(self.model)", "spec.model is required for this task"),
+        cel(
+            "self.task == 'superResolution' || has(self.model)",
+            "spec.model is required for tasks causalLM and quantize",
+        ),
         cel(
             "!has(self.dataset.format) || (self.task == 'superResolution' ? "
             "self.dataset.format in ['auto', 'imageFolder'] : self.dataset.format != 'imageFolder')",
@@ -576,7 +579,9 @@ class FinetuneJobSpec(RunControl):
     """Fine-tune a model (LoRA or full) with a JAX or PyTorch worker and report throughput, MFU and cost;
     or, by `task`, train an SR3 super-resolution model or quantize a model per layer."""
 
-    model_config = RunControl.model_config | {"json_schema_extra": {"x-kubernetes-validations": _spec_rules()}}
+    model_config = RunControl.model_config | {
+        "json_schema_extra": {"x-kubernetes-validations": _spec_rules()}
+    }
 
     task: Task = Field(default=Task.CAUSAL_LM, description="causalLM, superResolution or quantize.")
     model: ModelSource | None = Field(default=None, description="Required except for task superResolution.")
@@ -586,7 +591,9 @@ class FinetuneJobSpec(RunControl):
     super_resolution: SuperResolution | None = Field(
         default=None, description="Task superResolution's settings (defaults when left out)."
     )
-    quantize: Quantize | None = Field(default=None, description="Task quantize's settings (defaults when left out).")
+    quantize: Quantize | None = Field(
+        default=None, description="Task quantize's settings (defaults when left out)."
+    )
     framework: Framework | None = Field(
         default=None, description="Left out: jax on TPU, pytorch on GPU, Gaudi and CPU."
     )
@@ -622,7 +629,7 @@ class FinetuneJobSpec(RunControl):
         if task == Task.SUPER_RESOLUTION and self.model is not None:
             raise ValueError("task superResolution trains its UNet from scratch: leave spec.model out")
         if task != Task.SUPER_RESOLUTION and self.model is None:
-            raise ValueError("spec.model is required for this task")
+            raise ValueError("spec.model is required for tasks causalLM and quantize")
         fmt = self.dataset.format
         if task == Task.SUPER_RESOLUTION:
             fits = fmt in (DatasetFormat.AUTO, DatasetFormat.IMAGE_FOLDER)

@@ -215,7 +215,9 @@ class QuantizationResults(ApiModel):
 
     budget_bits: float = Field(ge=0)
     effective_bits: float = Field(ge=0, description="Per weight of the quantized layers, scales counted.")
-    model_effective_bits: float = Field(ge=0, description="Per weight of the whole model (bf16 rest counted).")
+    model_effective_bits: float = Field(
+        ge=0, description="Per weight of the whole model (bf16 rest counted)."
+    )
     compression: float = Field(ge=0, description="bf16 bytes / exported bytes, whole model.")
     layers: int = Field(ge=0)
     formats_used: dict[str, int] = Field(default_factory=dict, description="Format -> layers given it.")

@@ -19,7 +19,6 @@ from accelbench.api.report import (
     STORED_REPORT_LIMIT,
     ReportError,
     ReportKind,
-    Timings,
     WorkerReport,
     first_error,
     parse_termination_message,
@@ -105,9 +104,7 @@ def _rounded(section: M | None) -> M | None:
     if section is None:
         return None
     update = {
-        name: _sig(value)
-        for name, value in section
-        if isinstance(value, float) and name not in _EXACT_FIELDS
+        name: _sig(value) for name, value in section if isinstance(value, float) and name not in _EXACT_FIELDS
     }
     return section.model_copy(update=update)
 

@@ -189,9 +189,14 @@ def _resnet_parameters(c_in: int, c_out: int, time_dim: int) -> int:
     """diffusers' ResnetBlock2D: two GroupNorms, two 3×3 convs, the time projection, a 1×1 shortcut
     when the width changes."""
     shortcut = c_in * c_out + c_out if c_in != c_out else 0
-    return 2 * c_in + (9 * c_in * c_out + c_out) + (time_dim * c_out + c_out) + 2 * c_out + (
-        9 * c_out * c_out + c_out
-    ) + shortcut
+    return (
+        2 * c_in
+        + (9 * c_in * c_out + c_out)
+        + (time_dim * c_out + c_out)
+        + 2 * c_out
+        + (9 * c_out * c_out + c_out)
+        + shortcut
+    )
 
 
 def _attention_parameters(channels: int) -> int:
@@ -199,7 +204,11 @@ def _attention_parameters(channels: int) -> int:
 
 
 def unet_parameters(
-    channels: Sequence[int], layers_per_block: int, attention_levels: int, in_channels: int = 6, out_channels: int = 3
+    channels: Sequence[int],
+    layers_per_block: int,
+    attention_levels: int,
+    in_channels: int = 6,
+    out_channels: int = 3,
 ) -> int:
     """Parameters of the SR3 UNet (diffusers' UNet2DModel as workers/diffusion/sr3.build_unet makes
     it: attention in the `attention_levels` lowest-resolution levels and the middle block)."""

@@ -88,8 +88,9 @@ def plan_super_resolution(spec: FinetuneJobSpec, catalog: Catalog) -> Plan:
         estimate = memory(requested.chips)
         if not fits(estimate, accel):
             raise PlanError(
-                f"SR3 training needs ≈ {gb(estimate.total)} GB per chip with {batch // requested.chips} images "
-                f"each on {requested.chips} {chip_label(accel)} ({gb(usable_bytes(accel))} GB usable): "
+                f"SR3 training needs ≈ {gb(estimate.total)} GB per chip with "
+                f"{batch // requested.chips} images each on {requested.chips} {chip_label(accel)} "
+                f"({gb(usable_bytes(accel))} GB usable): "
                 "add chips or lower superResolution.globalBatchSize"
             )
         return _plan(spec, accel, requested, estimate, precision, batch // requested.chips, [])

@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from ...api import FinetuneJob, Framework, MethodType, Task, WorkerReport
-from ...api.report import Timings
 from ...api.contract import (
     ENV_COMPILE,
     ENV_COMPLETION_INDEX,
@@ -43,6 +42,7 @@ from ...api.contract import (
     ExitCode,
 )
 from ...api.payload import WorkerPlan
+from ...api.report import Timings
 from .. import InvalidConfigError, storage
 from ..data import PreparedData, data_config_from_spec, prepare_data
 from ..flops import flops_per_token, shape_from_hf_config

@@ -25,6 +25,7 @@ from ..quantize import REPORT_FILE
 from ..report import LOSS_HISTORY_LIMIT, thin
 from . import MetricsSink
 
+
 def _versions(*packages: str) -> dict[str, str]:
     found = {}
     for package in packages:
@@ -62,7 +63,9 @@ def run_super_resolution(
         seed=sr.seed,
     )
     if not images_dir.is_dir():
-        raise InvalidConfigError(f"dataset {images_dir} (from {job.spec.dataset.uri}) is not a folder of images")
+        raise InvalidConfigError(
+            f"dataset {images_dir} (from {job.spec.dataset.uri}) is not a folder of images"
+        )
     images = load_images(images_dir, sr.image_size)
     if len(images) <= sr.eval_images:
         raise InvalidConfigError(

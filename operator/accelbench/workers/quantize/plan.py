@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .. import InvalidConfigError
 from ...api.finetune import WeightFormat
+from .. import InvalidConfigError
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,8 @@ from typing import Any
 import torch
 
 from .. import InvalidConfigError
-from . import REPORT_FILE
 from ..data import ChatTokenizer, read_jsonl
+from . import REPORT_FILE
 from .formats import BF16, FORMATS, WeightFormat, applicable, export_config, fake_quantize
 from .plan import Assignment, Layer, choose
 
