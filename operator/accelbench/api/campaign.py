@@ -172,6 +172,11 @@ class CellRow(ApiModel):
     dollars_per_hour: float | None = Field(default=None, ge=0, description="chips x $/chip-hour.")
     ttft_p99_ms: float | None = Field(default=None, ge=0, description="At the SLO capacity.")
     tpot_p99_ms: float | None = Field(default=None, ge=0, description="At the SLO capacity.")
+    images_per_second: float | None = Field(default=None, ge=0, description="Task superResolution.")
+    images_per_second_per_chip: float | None = Field(default=None, ge=0)
+    psnr: float | None = Field(default=None, description="Held-out PSNR, dB (task superResolution).")
+    effective_bits: float | None = Field(default=None, ge=0, description="Task quantize.")
+    perplexity_increase: float | None = Field(default=None, description="Task quantize: relative, vs bf16.")
     model_from: str | None = Field(default=None, description="The training run whose output it serves.")
     in_matrix: bool = Field(default=True, description="False: a Git edit removed the cell; its run is kept.")
 
@@ -204,6 +209,17 @@ class CellSummary(ApiModel):
     tpot_p99_ms: Spread | None = None
     dollars_per_million_tokens: Spread | None = None
     cost_dollars: Spread | None = None
+    images_per_second: Spread | None = None
+    images_per_second_per_chip: Spread | None = None
+    psnr: Spread | None = None
+    effective_bits: Spread | None = None
+    perplexity_increase: Spread | None = None
+    scaling_efficiency: float | None = Field(
+        default=None,
+        ge=0,
+        description="T(N) / (N·T(1)): this cell's throughput over N chips against N times the cell that "
+        "differs only in running on one chip (task superResolution, and causalLM by tokens/s).",
+    )
     dollars_per_hour: float | None = Field(default=None, ge=0)
     model_from: str | None = None
     speed_ratio: float | None = Field(default=None, ge=0, description="Throughput / the baseline's.")

@@ -116,6 +116,8 @@ def row_of(
     chips, hours = _f(cost.get("chips")), _f(cost.get("hours"))
     price = _f(cost.get("dollarsPerChipHour"))
     capacity = _at_capacity(results)
+    sr = results.get("superResolution") or {}
+    quantization = results.get("quantization") or {}
     return CellRow(
         name=str(meta.get("name")),
         kind=str(run.get("kind")),
@@ -140,6 +142,11 @@ def row_of(
         dollars_per_hour=chips * price if chips is not None and price is not None else None,
         ttft_p99_ms=_f(capacity.get("ttftP99Ms")),
         tpot_p99_ms=_f(capacity.get("tpotP99Ms")),
+        images_per_second=_f(sr.get("imagesPerSecond")),
+        images_per_second_per_chip=_f(sr.get("imagesPerSecondPerChip")),
+        psnr=_f(sr.get("psnr")),
+        effective_bits=_f(quantization.get("effectiveBits")),
+        perplexity_increase=_f(quantization.get("perplexityIncrease")),
         model_from=model_from,
         in_matrix=in_matrix,
     )

@@ -35,11 +35,46 @@ AGGREGATED: tuple[tuple[str, Callable[[CellRow], float | None]], ...] = (
     ("tpot_p99_ms", lambda r: r.tpot_p99_ms),
     ("dollars_per_million_tokens", lambda r: r.dollars_per_million_tokens),
     ("cost_dollars", lambda r: r.cost_dollars),
+    ("images_per_second", lambda r: r.images_per_second),
+    ("images_per_second_per_chip", lambda r: r.images_per_second_per_chip),
+    ("psnr", lambda r: r.psnr),
+    ("effective_bits", lambda r: r.effective_bits),
+    ("perplexity_increase", lambda r: r.perplexity_increase),
 )
 
 # What a baseline compares, per kind: (summary field, higher is better, which ratio it sets).
 SPEED = {FinetuneJob.KIND: "tokens_per_second", InferenceBench.KIND: "peak_output_tokens_per_second"}
 COST = {FinetuneJob.KIND: "cost_dollars", InferenceBench.KIND: "dollars_per_million_tokens"}
+COUNT_PATH = "accelerator.count"  # the matrix axis scaling efficiency is read over
+
+
+def speed_field(summary: CellSummary) -> str:
+    """The throughput a cell is judged by: images/s for super-resolution, else its kind's."""
+    return "images_per_second" if summary.images_per_second is not None else SPEED[summary.kind]
+
+
+def scaling_efficiency(summaries: Sequence[CellSummary]) -> None:
+    """Set T(N) / (N·T(1)) on every cell whose values differ from a one-chip cell's only in
+    accelerator.count (1 = perfect scaling), T being the cell's median throughput."""
+    by_rest: dict[tuple[str, str], dict[int, CellSummary]] = {}
+    for s in summaries:
+        values = json.loads(s.values)
+        count = values.pop(COUNT_PATH, None)
+        accelerator = values.get("accelerator")
+        if count is None and isinstance(accelerator, dict):  # a matrix over whole accelerator objects
+            values["accelerator"] = {k: v for k, v in accelerator.items() if k != "count"}
+            count = accelerator.get("count")
+        if isinstance(count, int) and s.kind == FinetuneJob.KIND:
+            by_rest.setdefault((s.kind, json.dumps(values, sort_keys=True)), {})[count] = s
+    for cells in by_rest.values():
+        one = cells.get(1)
+        if one is None:
+            continue
+        base = _median(one, speed_field(one))
+        for count, s in cells.items():
+            mine = _median(s, speed_field(s))
+            if mine is not None and base:
+                s.scaling_efficiency = round(mine / (count * base), 4)
 
 
 @dataclass
@@ -107,7 +142,7 @@ def compare_to_baseline(
         base = baselines.get(f"{s.kind}/{s.cell}") or baselines.get(s.kind)
         if base is None or base is s:
             continue
-        speed, cost = SPEED[s.kind], COST[s.kind]
+        speed, cost = speed_field(s), COST[s.kind]
         mine_speed, base_speed = _median(s, speed), _median(base, speed)
         mine_cost, base_cost = _median(s, cost), _median(base, cost)
         if mine_speed is not None and base_speed:
@@ -180,6 +215,7 @@ def conclude(
     if baselines:
         out.regressions = compare_to_baseline(summaries, baselines, threshold)
     out.ownership = ownership(summaries, serving_hours)
+    scaling_efficiency(summaries)
 
     trained = [s for s in summaries if s.kind == FinetuneJob.KIND and s.succeeded]
     served = [s for s in summaries if s.kind == InferenceBench.KIND and s.succeeded]

@@ -215,6 +215,11 @@ class _DownloadBars:
         self.progress.update(self.tasks[uri], completed=done, detail=detail)
 
 
+def _figure(value: float | None, spec: str) -> str:
+    """A measured figure in `spec`, or '-' where the report has none."""
+    return "-" if value is None else format(value, spec)
+
+
 def _print_report(console, name: str, report) -> None:
     from rich.table import Table
 
@@ -229,13 +234,48 @@ def _print_report(console, name: str, report) -> None:
     if ft is not None:
         rows += [
             ("steps", str(ft.steps)),
-            ("trained tokens", f"{ft.trained_tokens:,}"),
-            ("tokens/s", f"{ft.tokens_per_second:,.1f}"),
-            ("tokens/s/chip", f"{ft.tokens_per_second_per_chip:,.1f}"),
-            ("MFU", f"{ft.mfu:.2%}" if ft.mfu is not None else "-"),
+            ("trained tokens", _figure(ft.trained_tokens, ",")),
+            ("tokens/s", _figure(ft.tokens_per_second, ",.1f")),
+            ("tokens/s/chip", _figure(ft.tokens_per_second_per_chip, ",.1f")),
+            ("MFU", _figure(ft.mfu, ".2%")),
             ("FLOPs/token", f"{ft.flops_per_token:.4g}  ({ft.mfu_formula})" if ft.flops_per_token else "-"),
             ("loss first → final", f"{ft.first_loss:.4f} → {ft.final_loss:.4f}" if ft.first_loss else "-"),
             ("eval loss / perplexity", f"{ft.eval_loss:.4f} / {ft.perplexity:.2f}" if ft.eval_loss else "-"),
+        ]
+    if (sr := report.super_resolution) is not None:
+        rows += [
+            ("images/s", _figure(sr.images_per_second, ",.1f")),
+            ("images/s/chip", _figure(sr.images_per_second_per_chip, ",.1f")),
+            ("UNet parameters", _figure(sr.parameters, ",")),
+            (
+                f"held-out PSNR / SSIM ({sr.eval_images} images)",
+                f"{_figure(sr.psnr, '.2f')} dB / {_figure(sr.ssim, '.4f')}",
+            ),
+            (
+                "bicubic PSNR / SSIM",
+                f"{_figure(sr.bicubic_psnr, '.2f')} dB / {_figure(sr.bicubic_ssim, '.4f')}",
+            ),
+        ]
+    if (q := report.quantization) is not None:
+        rows += [
+            ("effective bits (layers / model)", f"{q.effective_bits:.3f} / {q.model_effective_bits:.3f}"),
+            ("budget bits", f"{q.budget_bits:g}"),
+            ("formats (layers)", ", ".join(f"{k} {v}" for k, v in sorted(q.formats_used.items()))),
+            ("compression", f"{q.compression:.2f}x"),
+            (
+                "perplexity bf16 → quantized",
+                f"{q.perplexity_bf16:.3f} → {q.perplexity_quantized:.3f} ({q.perplexity_increase:+.2%})",
+            ),
+            (
+                "weights bf16 → quantized",
+                f"{q.weight_bytes_bf16 / 1e6:,.1f} → {q.weight_bytes_quantized / 1e6:,.1f} MB",
+            ),
+            (
+                "prefill tokens/s bf16 → quantized",
+                f"{_figure(q.prefill_tokens_per_second_bf16, ',.0f')} → "
+                f"{_figure(q.prefill_tokens_per_second_quantized, ',.0f')}",
+            ),
+            ("sensitivity table", q.sensitivity_table or "-"),
         ]
     if report.timings is not None:
         t = report.timings
@@ -418,7 +458,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from ..views.compare import BENCH_COLUMNS, FINETUNE_COLUMNS, as_records, compare, format_value
+    from ..views.compare import COLUMNS, TITLES, as_records, compare, format_value
 
     try:
         artifacts = _read_artifacts(args.artifact or [])
@@ -451,21 +491,20 @@ def cmd_compare(args: argparse.Namespace) -> int:
         return 0
     # Piped output (files, scripts) gets wide lines rather than rich's 80-column fallback.
     console = Console() if sys.stdout.isatty() else Console(width=240)
-    columns = {"FinetuneJob": FINETUNE_COLUMNS, "InferenceBench": BENCH_COLUMNS}
-    for kind, kind_rows in rows.items():
+    for group, kind_rows in rows.items():
         if not kind_rows:
             continue
-        table = Table(title=f"{kind}s", title_justify="left")
+        table = Table(title=TITLES[group], title_justify="left")
         with_cluster = any(r.cluster for r in kind_rows)
         with_setup = any(r.setup for r in kind_rows)
         headings = ["cluster"] * with_cluster + ["name", "accelerator"] + ["setup"] * with_setup + ["phase"]
         for heading in headings:
             table.add_column(heading)
-        for heading, _ in columns[kind]:
+        for heading, _ in COLUMNS[group]:
             table.add_column(heading, justify="right")
         for r in kind_rows:
             name = r.name if not args.all_namespaces else f"{r.namespace}/{r.name}"
-            cells = [format_value(key, r.figures.get(key)) for _, key in columns[kind]]
+            cells = [format_value(key, r.figures.get(key)) for _, key in COLUMNS[group]]
             lead: list[str] = [r.cluster] if with_cluster else []
             setup = [r.setup] if with_setup else []
             table.add_row(*lead, name, r.accelerator, *setup, r.phase, *cells)

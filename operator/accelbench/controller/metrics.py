@@ -48,6 +48,14 @@ class Metrics:
                 ("tokens_per_second", "Trained tokens/s (fine-tune) or peak output tokens/s (bench)."),
                 ("tokens_per_second_per_chip", "Tokens per second divided by chips."),
                 ("mfu", "Model FLOPs utilisation of the fine-tune, 0..1."),
+                (
+                    "images_per_second",
+                    "Super-resolution training images/s (FinetuneJob task superResolution).",
+                ),
+                ("images_per_second_per_chip", "Super-resolution images/s divided by chips."),
+                ("psnr_db", "Mean PSNR of the held-out images (task superResolution), dB."),
+                ("effective_bits", "Effective bits per weight of the quantized layers (task quantize)."),
+                ("perplexity_increase", "Relative perplexity increase of the quantized model over bf16."),
                 ("ttft_p50_seconds", "Median time to first token at SLO capacity (or the first cell)."),
                 ("ttft_p99_seconds", "p99 time to first token at SLO capacity (or the first cell)."),
                 ("capacity_concurrency", "Largest concurrency that met the SLO."),
@@ -145,6 +153,15 @@ def result_values(kind: str, status: Mapping[str, Any]) -> dict[str, float]:
             "tokens_per_second": results.get("tokensPerSecond"),
             "tokens_per_second_per_chip": results.get("tokensPerSecondPerChip"),
             "mfu": results.get("mfu"),
+        }
+        sr = results.get("superResolution") or {}
+        quantization = results.get("quantization") or {}
+        values |= {
+            "images_per_second": sr.get("imagesPerSecond"),
+            "images_per_second_per_chip": sr.get("imagesPerSecondPerChip"),
+            "psnr_db": sr.get("psnr"),
+            "effective_bits": quantization.get("effectiveBits"),
+            "perplexity_increase": quantization.get("perplexityIncrease"),
         }
     else:
         peak = results.get("peakOutputTokensPerSecond")

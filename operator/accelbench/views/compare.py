@@ -40,6 +40,26 @@ FINETUNE_COLUMNS = (
     ("speed ×", "speedRatio"),
     ("cost ×", "costRatio"),
 )
+SUPER_RESOLUTION_COLUMNS = (
+    ("images/s", "imagesPerSecond"),
+    ("images/s/chip", "imagesPerSecondPerChip"),
+    ("PSNR dB", "psnr"),
+    ("bicubic dB", "bicubicPsnr"),
+    ("SSIM", "ssim"),
+    ("$/hour", "dollarsPerHour"),
+    ("$/1M images", "dollarsPerMillionImages"),
+    ("speed ×", "speedRatio"),
+    ("cost ×", "costRatio"),
+)
+QUANTIZE_COLUMNS = (
+    ("bits (layers)", "effectiveBits"),
+    ("bits (model)", "modelEffectiveBits"),
+    ("compression ×", "compression"),
+    ("Δ perplexity", "perplexityIncrease"),
+    ("prefill × bf16", "prefillRatio"),
+    ("decode × bf16", "decodeRatio"),
+    ("$/hour", "dollarsPerHour"),
+)
 BENCH_COLUMNS = (
     ("capacity", "capacityConcurrency"),
     ("peak tok/s", "peakOutputTokensPerSecond"),
@@ -59,6 +79,74 @@ def hourly_price(status: Mapping[str, Any]) -> float | None:
     cost = status.get("cost") or {}
     chips, rate = _number(cost.get("chips")), _number(cost.get("dollarsPerChipHour"))
     return dollars_per_hour(chips, rate) if chips is not None and rate is not None else None
+
+
+# The tables `compare` returns: FinetuneJobs by task (ratios only among the same work), then benches.
+FINETUNE = "FinetuneJob"
+SUPER_RESOLUTION = "FinetuneJob superResolution"
+QUANTIZE = "FinetuneJob quantize"
+BENCH = "InferenceBench"
+COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
+    FINETUNE: FINETUNE_COLUMNS,
+    SUPER_RESOLUTION: SUPER_RESOLUTION_COLUMNS,
+    QUANTIZE: QUANTIZE_COLUMNS,
+    BENCH: BENCH_COLUMNS,
+}
+TITLES = {
+    FINETUNE: "FinetuneJobs",
+    SUPER_RESOLUTION: "FinetuneJobs: super-resolution (SR3)",
+    QUANTIZE: "FinetuneJobs: quantization",
+    BENCH: "InferenceBenches",
+}
+
+
+def finetune_group(obj: Mapping[str, Any]) -> str:
+    """Which table a FinetuneJob belongs in: its spec.task, else (an artifact's run) its results."""
+    task = (obj.get("spec") or {}).get("task")
+    results = (obj.get("status") or {}).get("results") or {}
+    if task == "superResolution" or (task is None and "superResolution" in results):
+        return SUPER_RESOLUTION
+    if task == "quantize" or (task is None and "quantization" in results):
+        return QUANTIZE
+    return FINETUNE
+
+
+def _ratio(numerator: Any, denominator: Any) -> float | None:
+    top, bottom = _number(numerator), _number(denominator)
+    return top / bottom if top is not None and bottom else None
+
+
+def super_resolution_row(obj: Mapping[str, Any]) -> Row:
+    status = obj.get("status") or {}
+    sr = (status.get("results") or {}).get("superResolution") or {}
+    rate = _number(sr.get("imagesPerSecond"))
+    hourly = hourly_price(status)
+    figures = {
+        "imagesPerSecond": rate,
+        "imagesPerSecondPerChip": _number(sr.get("imagesPerSecondPerChip")),
+        "psnr": _number(sr.get("psnr")),
+        "bicubicPsnr": _number(sr.get("bicubicPsnr")),
+        "ssim": _number(sr.get("ssim")),
+        "dollarsPerHour": hourly,
+        # the same arithmetic as $ per 1M tokens, with images as the unit of work
+        "dollarsPerMillionImages": dollars_per_million_tokens(hourly, rate) if hourly else None,
+    }
+    return replace(_row(FINETUNE, obj, figures), setup=finetune_setup(obj))
+
+
+def quantize_row(obj: Mapping[str, Any]) -> Row:
+    status = obj.get("status") or {}
+    q = (status.get("results") or {}).get("quantization") or {}
+    figures = {
+        "effectiveBits": _number(q.get("effectiveBits")),
+        "modelEffectiveBits": _number(q.get("modelEffectiveBits")),
+        "compression": _number(q.get("compression")),
+        "perplexityIncrease": _number(q.get("perplexityIncrease")),
+        "prefillRatio": _ratio(q.get("prefillTokensPerSecondQuantized"), q.get("prefillTokensPerSecondBf16")),
+        "decodeRatio": _ratio(q.get("decodeTokensPerSecondQuantized"), q.get("decodeTokensPerSecondBf16")),
+        "dollarsPerHour": hourly_price(status),
+    }
+    return _row(FINETUNE, obj, figures)
 
 
 def finetune_row(obj: Mapping[str, Any]) -> Row:
@@ -150,20 +238,38 @@ def compare(
             r.name,
         )
 
-    ft_rows = [finetune_row(o) for o in finetunes]
-    ib_rows = [bench_row(o) for o in benches]
-    for cluster, document in artifacts:
-        for run in document.get("runs") or []:
-            if run.get("kind") == "FinetuneJob":
-                ft_rows.append(replace(finetune_row(run), cluster=cluster))
-            elif run.get("kind") == "InferenceBench":
-                ib_rows.append(replace(bench_row(run), cluster=cluster))
-    ft = with_ratios(ft_rows, "tokensPerSecond", "dollarsPerMillionTokens")
-    ib = with_ratios(ib_rows, "peakOutputTokensPerSecond", "dollarsPerMillionTokensAtCapacity")
-    return {
-        "FinetuneJob": sorted(ft, key=order("tokensPerSecond")),
-        "InferenceBench": sorted(ib, key=order("peakOutputTokensPerSecond")),
+    builders = {
+        FINETUNE: finetune_row,
+        SUPER_RESOLUTION: super_resolution_row,
+        QUANTIZE: quantize_row,
+        BENCH: bench_row,
     }
+    groups: dict[str, list[Row]] = {group: [] for group in COLUMNS}
+    tagged = [("", "FinetuneJob", o) for o in finetunes] + [("", "InferenceBench", o) for o in benches]
+    for cluster, document in artifacts:
+        tagged += [(cluster, str(run.get("kind")), run) for run in document.get("runs") or []]
+    for cluster, kind, obj in tagged:
+        group = finetune_group(obj) if kind == "FinetuneJob" else BENCH if kind == "InferenceBench" else None
+        if group is not None:
+            groups[group].append(replace(builders[group](obj), cluster=cluster))
+    # speed key, cost key (None: no ratios) and the key rows are ordered by, per table
+    ranking = {
+        FINETUNE: ("tokensPerSecond", "dollarsPerMillionTokens", "tokensPerSecond"),
+        SUPER_RESOLUTION: ("imagesPerSecond", "dollarsPerMillionImages", "imagesPerSecond"),
+        QUANTIZE: (None, None, "compression"),
+        BENCH: (
+            "peakOutputTokensPerSecond",
+            "dollarsPerMillionTokensAtCapacity",
+            "peakOutputTokensPerSecond",
+        ),
+    }
+    out = {}
+    for group, rows in groups.items():
+        speed, cost, by = ranking[group]
+        if speed is not None and cost is not None:
+            rows = with_ratios(rows, speed, cost)
+        out[group] = sorted(rows, key=order(by))
+    return out
 
 
 def format_value(key: str, value: float | None) -> str:
@@ -171,7 +277,21 @@ def format_value(key: str, value: float | None) -> str:
         return "–"
     if key == "mfu":
         return f"{value * 100:.1f} %"
-    if key in ("speedRatio", "costRatio"):
+    if key == "perplexityIncrease":
+        return f"{value * 100:+.2f} %"
+    if key in ("effectiveBits", "modelEffectiveBits"):
+        return f"{value:.3f}"
+    if key == "ssim":
+        return f"{value:.4f}"
+    if key in (
+        "speedRatio",
+        "costRatio",
+        "prefillRatio",
+        "decodeRatio",
+        "compression",
+        "psnr",
+        "bicubicPsnr",
+    ):
         return f"{value:.2f}"
     if key.startswith("dollars"):
         return f"{value:,.4g}"
