@@ -615,8 +615,15 @@ class FinetuneJobSpec(RunControl):
     @model_validator(mode="after")
     def _task_fields(self) -> FinetuneJobSpec:
         """The spec rules (_spec_rules) for specs that never pass an apiserver (accelbench run, tests)."""
+        # A field counts as set when it differs from its default: a payload or a status round trip
+        # writes every default out, and must read back as the spec the apiserver admitted.
         task = self.task
-        present = {to_camel(name) for name in self.model_fields_set if getattr(self, name) is not None}
+        fields = type(self).model_fields
+        present = {
+            to_camel(name)
+            for name, info in fields.items()
+            if getattr(self, name) != info.get_default(call_default_factory=True)
+        }
         for block_task, block in TASK_BLOCKS.items():
             if block in present and task != block_task:
                 raise ValueError(f"spec.{block} applies only to task {block_task.value}")
