@@ -666,6 +666,104 @@ def test_an_adapter_output_meets_an_engine_that_cannot_serve_it_with_a_clear_ref
     assert condition(obj, "Applied")["reason"] == "InvalidSpec"
 
 
+def _terminal(env: Env, plural: str, name: str, timeout: float = 300) -> dict[str, Any]:
+    return wait_for(
+        lambda: (o := env.get(plural, name)).get("status", {}).get("phase") in ("Succeeded", "Failed") and o,
+        timeout=timeout,
+        what=f"{name} terminal phase",
+    )
+
+
+def test_super_resolution_task_trains_sr3_through_the_operator(env: Env, tmp_path: Path) -> None:
+    """Issue 18 part 4: a FinetuneJob of task superResolution on a folder of PNGs the test writes: the
+    planner's chips, the real SR3 worker, images/s and held-out PSNR/SSIM beside bicubic in status."""
+    from accelbench.workers.diffusion.images import make_sr_dataset
+
+    images = make_sr_dataset(tmp_path / "images", n=10, size=16, seed=2)
+    body = yaml.safe_load((ROOT / "examples/quickstart/finetune-tiny-cpu.yaml").read_text())
+    body["metadata"]["name"] = "quick-sr3"
+    for field in ("model", "method", "training"):
+        del body["spec"][field]
+    body["spec"]["task"] = "superResolution"
+    body["spec"]["dataset"] = {"uri": str(images), "format": "imageFolder"}
+    body["spec"]["superResolution"] = {
+        "imageSize": 16, "scale": 2, "channels": [16, 32], "layersPerBlock": 1, "globalBatchSize": 4,
+        "steps": 4, "warmupSteps": 1, "evalImages": 2, "sampleSteps": 2, "precision": "fp32",
+    }  # fmt: skip
+    env.apply(body)
+    obj = _terminal(env, FT, "quick-sr3")
+    assert obj["status"]["phase"] == "Succeeded", obj["status"]
+    assert obj["status"]["plan"]["strategy"] == "ddp" and obj["status"]["plan"]["chips"] == 1
+    results = obj["status"]["results"]
+    sr = results["superResolution"]
+    assert sr["imagesPerSecond"] > 0 and sr["evalImages"] == 2 and results["steps"] == 4
+    assert "psnr" in sr and sr["bicubicPsnr"] > 0 and -1 <= sr["ssim"] <= 1
+    assert "tokensPerSecond" not in results and obj["status"]["cost"]["hours"] > 0
+    assert condition(obj, "ResultValid")["status"] == "True"
+
+
+def test_quantize_task_exports_a_model_the_inference_bench_serves(
+    env: Env, tiny: dict[str, str], tmp_path: Path
+) -> None:
+    """Issue 18 part 3: a FinetuneJob of task quantize measures each layer's sensitivity, exports
+    under the budget, reports bits, Δ perplexity and memory; an InferenceBench naming it serves the
+    export with `transformers serve` (torchao's format) and measures it."""
+    model = make_tiny_model(tmp_path / "bf16-model", family="llama", dtype="bfloat16")
+    body = yaml.safe_load((ROOT / "examples/quickstart/finetune-tiny-cpu.yaml").read_text())
+    body["metadata"]["name"] = "quick-quant"
+    del body["spec"]["method"], body["spec"]["training"]
+    body["spec"]["task"] = "quantize"
+    body["spec"]["model"]["uri"] = str(model)
+    body["spec"]["dataset"] = {"uri": tiny["data"]}
+    body["spec"]["quantize"] = {
+        "budgetBits": 6, "formats": ["int4-g64", "int8", "bf16"], "seqLength": 32,
+        "calibrationWindows": 2, "heldOutWindows": 2, "batchSize": 2,
+    }  # fmt: skip
+    body["spec"]["output"] = {"uri": str(tmp_path / "quantized")}
+    bench = yaml.safe_load((ROOT / "examples/quickstart/inference-tiny-cpu.yaml").read_text())
+    bench["metadata"]["name"] = "serve-quantized"
+    bench["spec"]["model"] = {"finetuneJob": "quick-quant"}
+    bench["spec"]["workload"] |= {"inputLengths": [16], "concurrency": [1], "requestsPerPoint": 2}
+    env.apply(body)
+    env.apply(bench)
+    obj = _terminal(env, FT, "quick-quant")
+    assert obj["status"]["phase"] == "Succeeded", obj["status"]
+    q = obj["status"]["results"]["quantization"]
+    assert q["effectiveBits"] <= 6 and q["layers"] == 14 and q["compression"] > 1
+    assert q["weightBytesQuantized"] < q["weightBytesBf16"] and "perplexityIncrease" in q
+    assert q["sensitivityTable"].endswith("quantization-report.json")
+    assert (tmp_path / "quantized" / "quantization-report.json").is_file()
+    served = _terminal(env, "inferencebenches", "serve-quantized", timeout=600)
+    assert served["status"]["phase"] == "Succeeded", served["status"]
+    assert served["status"]["servedModel"]["uri"] == str(tmp_path / "quantized")
+    assert served["status"]["results"]["peakOutputTokensPerSecond"] > 0
+
+
+def test_a_task_block_on_the_wrong_task_is_refused_by_the_apiserver(env: Env) -> None:
+    body = finetune("wrong-task", {"type": "h100", "count": 1}, task="superResolution")
+    done = env.apply(body, check=False)
+    assert done.returncode != 0 and "leave spec.model out" in done.stderr, done.stderr
+    body = finetune("no-export", {"type": "h200"}, task="quantize")
+    del body["spec"]["method"], body["spec"]["training"]
+    done = env.apply(body, check=False)
+    assert done.returncode != 0 and "task quantize needs spec.output" in done.stderr, done.stderr
+
+
+def test_a_quantize_budget_below_the_formats_floor_fails_with_the_planners_reason(env: Env) -> None:
+    body = finetune("low-budget", {"type": "h200"}, task="quantize", output={"uri": "gs://bucket/out"})
+    del body["spec"]["method"], body["spec"]["training"]
+    body["spec"]["quantize"] = {"budgetBits": 4.1}
+    env.apply(body)
+    obj = wait_for(
+        lambda: (o := env.get(FT, "low-budget")).get("status", {}).get("phase") == "Failed" and o,
+        what="phase Failed",
+    )
+    applied = condition(obj, "Applied")
+    assert applied["reason"] == "InvalidSpec" and "budgetBits 4.1 is below 4.250" in applied["message"]
+    assert not pods_of(env, "low-budget")
+    delete(env, "low-budget")
+
+
 def test_compare_shows_the_finished_runs_side_by_side(env: Env) -> None:
     """`accelbench compare` reads the statuses through the apiserver: the quickstart runs above."""
     import json
@@ -687,6 +785,10 @@ def test_compare_shows_the_finished_runs_side_by_side(env: Env) -> None:
         [*base, "--kubeconfig", str(env.cluster.kubeconfig)], capture_output=True, text=True, timeout=60
     )
     assert table.returncode == 0 and "quick-bench" in table.stdout and "speed ×" in table.stdout
+    # Each task in a table of its own: images/s are never ranked against tokens/s.
+    assert rows[("FinetuneJob", "quick-sr3")]["imagesPerSecond"] > 0
+    assert rows[("FinetuneJob", "quick-quant")]["effectiveBits"] <= 6
+    assert "super-resolution (SR3)" in table.stdout and "quantization" in table.stdout
     missing = subprocess.run(
         [*base, "--kubeconfig", str(env.workdir / "no-such-kubeconfig")], capture_output=True, text=True
     )
