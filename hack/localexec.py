@@ -60,7 +60,9 @@ from accelbench.api.contract import (
     ANNOTATION_PORT,
     ENV_JAX_COORDINATOR,
     ENV_MASTER_ADDR,
+    ENV_MASTER_PORT,
     ENV_METRICS_PORT,
+    ENV_NNODES,
     ENV_POD_NAMESPACE,
     ENV_TERMINATION_LOG,
     METRICS_PORT_NAME,
@@ -185,6 +187,10 @@ def container_env(
             host, sep, port = env[key].rpartition(":") if key == ENV_JAX_COORDINATOR else (env[key], "", "")
             if not re.fullmatch(r"[0-9.]+", host):
                 env[key] = f"127.0.0.1{sep}{port}"
+    if env.get(ENV_MASTER_PORT) and env.get(ENV_NNODES, "1") == "1":
+        # One host's torchrun rendezvous: in a cluster the pod's own IP keeps the fixed port apart
+        # from other pods'; here every pod shares 127.0.0.1, so each gets a free port of its own.
+        env[ENV_MASTER_PORT] = str(free_port())
     env[ENV_TERMINATION_LOG] = str(termination_file)
     env[ENV_METRICS_PORT] = "0"  # start() maps a declared metrics port to a free one
     env["POD_NAME"] = pod["metadata"]["name"]

@@ -666,6 +666,32 @@ def test_an_adapter_output_meets_an_engine_that_cannot_serve_it_with_a_clear_ref
     assert condition(obj, "Applied")["reason"] == "InvalidSpec"
 
 
+def test_each_parallelism_strategy_runs_on_two_chips_through_the_operator(
+    env: Env, tiny: dict[str, str]
+) -> None:
+    """Issue 18 part 1: ddp, fsdp (FSDP2) and zero3 (DeepSpeed) on two CPU chips, i.e. the pod's
+    torchrun with two gloo processes, as on a GPU host: each succeeds with the strategy it was
+    given in its plan and the same first-step loss as the one-chip quickstart run above."""
+    one_chip = env.get(FT, "quick")["status"]["results"]["firstLoss"]
+    names = {strategy: f"two-chips-{strategy}" for strategy in ("ddp", "fsdp", "zero3")}
+    for strategy, name in names.items():
+        body = local_job(name, tiny, maxSteps=2)
+        body["spec"]["accelerator"] = {"type": "cpu", "count": 2}
+        body["spec"]["parallelism"] = {"strategy": strategy}
+        env.apply(body)
+    for strategy, name in names.items():
+        obj = _terminal(env, FT, name, timeout=600)
+        assert obj["status"]["phase"] == "Succeeded", (strategy, obj["status"])
+        plan = obj["status"]["plan"]
+        assert (plan["chips"], plan["strategy"]) == (2, strategy), plan
+        results = obj["status"]["results"]
+        assert results["steps"] == 2 and results["tokensPerSecondPerChip"] == pytest.approx(
+            results["tokensPerSecond"] / 2, rel=1e-3
+        )
+        assert results["firstLoss"] == pytest.approx(one_chip, rel=2e-3), (strategy, results, one_chip)
+        delete(env, name)
+
+
 def _terminal(env: Env, plural: str, name: str, timeout: float = 300) -> dict[str, Any]:
     return wait_for(
         lambda: (o := env.get(plural, name)).get("status", {}).get("phase") in ("Succeeded", "Failed") and o,
@@ -700,6 +726,16 @@ def test_super_resolution_task_trains_sr3_through_the_operator(env: Env, tmp_pat
     assert "psnr" in sr and sr["bicubicPsnr"] > 0 and -1 <= sr["ssim"] <= 1
     assert "tokensPerSecond" not in results and obj["status"]["cost"]["hours"] > 0
     assert condition(obj, "ResultValid")["status"] == "True"
+    # Data parallel over two chips (two torchrun processes): the same global batch, split.
+    body["metadata"]["name"] = "quick-sr3-x2"
+    body["spec"]["accelerator"] = {"type": "cpu", "count": 2}
+    env.apply(body)
+    two = _terminal(env, FT, "quick-sr3-x2")
+    assert two["status"]["phase"] == "Succeeded", two["status"]
+    assert two["status"]["plan"]["chips"] == 2
+    pair = two["status"]["results"]["superResolution"]
+    assert pair["imagesPerSecondPerChip"] == pytest.approx(pair["imagesPerSecond"] / 2, rel=1e-3)
+    assert two["status"]["results"]["firstLoss"] == pytest.approx(results["firstLoss"], rel=1e-3)
 
 
 def test_quantize_task_exports_a_model_the_inference_bench_serves(

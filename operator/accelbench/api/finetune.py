@@ -373,8 +373,11 @@ class SrPrecision(StrEnum):
 
 
 MAX_UNET_LEVELS = 6
-# CEL has no pow(): 2^(levels - 1), indexed by the number of levels minus one.
-_HALVINGS = "[1, 2, 4, 8, 16, 32][size(self.channels) - 1]"
+DEFAULT_UNET_CHANNELS = (64, 128, 256, 256)
+# CEL has no pow(): 2^(levels - 1), indexed by the number of levels minus one. A list left out has
+# no schema default (pydantic's default_factory), so the rules fall back to the default's levels.
+_LEVELS = f"(has(self.channels) ? size(self.channels) : {len(DEFAULT_UNET_CHANNELS)})"
+_HALVINGS = f"[1, 2, 4, 8, 16, 32][{_LEVELS} - 1]"
 
 
 class SuperResolution(ApiModel):
@@ -390,7 +393,7 @@ class SuperResolution(ApiModel):
                     "imageSize must be divisible by scale × 2^(levels − 1) (the UNet halves it at each "
                     "level below the first)",
                 ),
-                cel("self.attentionLevels <= size(self.channels)", "attentionLevels exceeds the levels"),
+                cel(f"self.attentionLevels <= {_LEVELS}", "attentionLevels exceeds the levels"),
                 cel("self.warmupSteps < self.steps", "steps must exceed warmupSteps"),
             ]
         }
@@ -399,7 +402,7 @@ class SuperResolution(ApiModel):
     image_size: int = Field(default=64, ge=8, le=1024, description="High-resolution side in pixels.")
     scale: int = Field(default=4, ge=2, le=16, description="Upscaling factor: input is imageSize / scale.")
     channels: list[Annotated[int, Field(ge=8, le=2048)]] = Field(
-        default_factory=lambda: [64, 128, 256, 256],
+        default_factory=lambda: list(DEFAULT_UNET_CHANNELS),
         min_length=1,
         max_length=MAX_UNET_LEVELS,
         description="UNet width per resolution level.",
@@ -497,6 +500,9 @@ def budget_floor(formats: Iterable[str], layer_in_features: Sequence[tuple[int, 
     return spent / total if total else None
 
 
+FORMATS_REPEAT = "quantize.formats names a format twice"
+
+
 class Quantize(ApiModel):
     """Per-layer sensitivity on calibration text (the dataset's conversations), one format per decoder
     linear layer under an effective-bits budget, a torchao export to spec.output, and perplexity,
@@ -505,7 +511,10 @@ class Quantize(ApiModel):
     model_config = ApiModel.model_config | {
         "json_schema_extra": {
             "x-kubernetes-validations": [
-                cel("self.formats.all(f, self.formats.filter(g, g == f).size() == 1)", "formats repeat"),
+                cel(
+                    "!has(self.formats) || self.formats.all(f, self.formats.filter(g, g == f).size() == 1)",
+                    FORMATS_REPEAT,
+                ),
             ]
         }
     }
@@ -526,6 +535,12 @@ class Quantize(ApiModel):
     calibration_windows: int = Field(default=8, ge=1, le=4096)
     held_out_windows: int = Field(default=8, ge=1, le=4096, description="Windows perplexity is measured on.")
     batch_size: int = Field(default=4, ge=1, le=1024, description="Windows per forward pass.")
+
+    @model_validator(mode="after")
+    def _distinct(self) -> Quantize:
+        if len(set(self.formats)) != len(self.formats):
+            raise ValueError(FORMATS_REPEAT)
+        return self
 
 
 # Which block belongs to which task (the others are refused), and the fields only causalLM reads.

@@ -39,6 +39,11 @@ def plan_finetune(spec: FinetuneJobSpec, catalog: Catalog) -> Plan:
     if spec.parallelism.strategy == ParallelismStrategy.ZERO3 and framework == "jax":
         raise PlanError("parallelism zero3 is DeepSpeed's (PyTorch): with JAX use fsdp, the same sharding")
     placement, fsdp, tp = _choose(spec, accel, shape, memory_for, requested)
+    if framework == "jax" and accel.vendor == "cpu" and placement.chips > 1:
+        raise PlanError(
+            f"JAX on CPU drives one device per process, so {placement.chips} CPU chips cannot run it: "
+            "set accelerator.count 1, or framework pytorch (one process per chip)"
+        )
     memory = memory_for(fsdp, tp)
     dollars, source, price_notes = price_for(spec.pricing, spec.accelerator.capacity, accel)
     return Plan(
