@@ -538,3 +538,14 @@ def test_serving_count_that_holds_one_request_is_allowed_with_a_note() -> None:
     assert plan.chips == 2
     assert any("KV cache holds" in note for note in plan.notes)
     assert plan.memory.total <= 80e9 * 0.9
+
+
+def test_cpu_chips_are_processes_for_pytorch_and_jax_stays_on_one() -> None:
+    """Two CPU chips are two torchrun processes (the strategies run locally); JAX sees one device."""
+    two = {"type": "cpu", "count": 2}
+    plan = plan_finetune(
+        finetune(model=GEMMA3_1B, accelerator=two, parallelism={"strategy": "zero3"}), CATALOG
+    )
+    assert (plan.chips, plan.chips_per_host, plan.strategy, plan.framework) == (2, 2, "zero3", "pytorch")
+    with pytest.raises(PlanError, match="JAX on CPU drives one device per process"):
+        plan_finetune(finetune(model=GEMMA3_1B, accelerator=two, framework="jax"), CATALOG)

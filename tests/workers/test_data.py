@@ -165,6 +165,21 @@ def test_epochs_set_the_step_count_and_eval_batches_keep_their_shape(
     assert sum(b["loss_mask"].sum() for b in batches) == data.held_out.trained_tokens
 
 
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_every_rank_gets_as_many_eval_batches_and_all_held_out_tokens_count_once(
+    tiny_llama: Path, chat_dataset: Path, ranks: int
+) -> None:
+    """A sharded model (FSDP, ZeRO-3) gathers weights in every forward pass: a rank with fewer eval
+    batches than the others would leave them waiting forever (found running fsdp on two chips)."""
+    data = _prepared(tiny_llama, chat_dataset, held_out_fraction=0.2)
+    assert len(data.held_out) % ranks  # uneven: some rank has a row fewer
+    per_rank = [list(data.eval_batches(rank, ranks, batch_size=1)) for rank in range(ranks)]
+    assert len({len(batches) for batches in per_rank}) == 1
+    counted = sum(b["loss_mask"].sum() for batches in per_rank for b in batches)
+    assert counted == data.held_out.trained_tokens
+    assert all(b["input_ids"].shape == (1, 128) for batches in per_rank for b in batches)
+
+
 def test_micro_batch_must_divide(tiny_llama: Path, chat_dataset: Path) -> None:
     data = _prepared(tiny_llama, chat_dataset, micro_batch_size=3)
     with pytest.raises(ValueError, match="not a multiple"):

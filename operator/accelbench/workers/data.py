@@ -505,13 +505,20 @@ class PreparedData:
     def eval_batches(self, dp_rank: int = 0, dp_size: int = 1, batch_size: int = 1) -> Iterator[Batch]:
         """Held-out rows for this rank (rows r, r+dp, ...), in fixed-size batches; the last batch is
         filled with all-padding rows (loss_mask 0) so shapes never change (no JAX recompiles).
+        Every rank gets the same number of batches (a rank with fewer rows gets an all-padding one):
+        a sharded model (FSDP, ZeRO-3) gathers its weights in every forward pass, so a rank that
+        stopped early would leave the others waiting forever.
         Eval loss = sum of sum(ce·mask) over all ranks / sum of sum(mask)."""
         mine = np.arange(dp_rank, len(self.held_out), dp_size)
-        for i in range(0, len(mine), batch_size):
-            batch = self.held_out.take(mine[i : i + batch_size])
-            short = batch_size - batch["input_ids"].shape[0]
+        per_rank = -(-len(self.held_out) // dp_size)
+        for i in range(0, per_rank, batch_size):
+            rows = mine[i : i + batch_size]
+            # A rank out of rows pads from row 0: its shapes and an in-vocabulary id, never its loss.
+            like = self.held_out.take(rows if len(rows) else np.arange(1))
+            batch = {k: v[: len(rows)] for k, v in like.items()}
+            short = batch_size - len(rows)
             if short:
-                batch = {k: np.concatenate([v, _padding_rows(v, short, k)]) for k, v in batch.items()}
+                batch = {k: np.concatenate([v, _padding_rows(like[k], short, k)]) for k, v in batch.items()}
             yield batch
 
 
