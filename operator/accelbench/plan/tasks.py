@@ -120,7 +120,11 @@ def plan_quantize(spec: FinetuneJobSpec, catalog: Catalog) -> Plan:
     formats' cheapest assignment over the model's layers, and the bf16 model must fit."""
     accel = accelerator(catalog, spec.accelerator.type.value)
     _pytorch_only(spec, accel)
-    _check_precision("bf16", accel, "accelerator.type (quantize measures the bf16 model)")
+    if not accel.supports("bf16"):
+        raise PlanError(
+            f"task quantize measures the model in bf16, and {accel.display_name} has no bf16 matrix "
+            "units: choose another accelerator"
+        )
     q = spec.quantization
     count = spec.accelerator.count
     if count is not None and count > 1:

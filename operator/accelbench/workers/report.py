@@ -89,8 +89,8 @@ def build_report(
     mfu_formula: str | None,
     peak_tflops_per_chip: float | None,
     rank: int = 0,
-    total_seconds: float,
 ) -> WorkerReport:
+    """The total run time and object-storage copy are the entrypoint's to add (with_run_timings)."""
     tokens_per_second, step_mean = throughput(outcome.steps, outcome.warmup_steps_excluded)
     chips = max(outcome.chips, 1)
     utilization = None
@@ -126,7 +126,7 @@ def build_report(
         rank=rank,
         finetune=metrics,
         timings=Timings(
-            total_seconds=max(total_seconds, 0.0),
+            total_seconds=0.0,
             setup_seconds=max(outcome.setup_seconds, 0.0),
             compile_seconds=outcome.compile_seconds,
             train_seconds=train_seconds,

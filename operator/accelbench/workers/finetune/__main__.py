@@ -277,7 +277,6 @@ def run_causal_lm(
         mfu_formula=formula,
         peak_tflops_per_chip=ctx.peak_tflops_per_chip,
         rank=dist.rank,
-        total_seconds=0.0,
     )
     return report, ctx.output_dir
 
