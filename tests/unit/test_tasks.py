@@ -144,7 +144,7 @@ def test_quantize_plans_one_chip_and_refuses_more_or_a_budget_below_the_floor() 
         plan_finetune(spec(QUANT, accelerator={"type": "h200", "count": 2}), catalog)
     with pytest.raises(PlanError, match=r"budgetBits 4\.2 is below 4\.250"):
         plan_finetune(spec(QUANT, quantize={"budgetBits": 4.2}), catalog)
-    with pytest.raises(PlanError, match="measures the model in bf16, and .* has no bf16 matrix units"):
+    with pytest.raises(PlanError, match=r"measures the model in bf16, and .* has no bf16 matrix units"):
         plan_finetune(spec(QUANT, accelerator={"type": "v100"}), catalog)
     with pytest.raises(PlanError, match="holds its bf16 weights"):
         plan_finetune(spec(QUANT, model={"uri": "/m", "family": "llama", "size": "405b"}), catalog)
