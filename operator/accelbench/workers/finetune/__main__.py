@@ -253,6 +253,7 @@ def run_job(job_input: JobInput, options: RunOptions | None = None) -> tuple[Wor
                 # Trained, but the outputs are not where the spec says. Not retried (that would pay
                 # for the run again); the failure's message keeps what was measured.
                 raise storage.OutputError(f"the run finished ({_summary(report)}) but {exc}") from None
+        end_process_group(wait_for_peers=True, log=options.log or _stderr)
         return report, ExitCode.OK
     except Exception as exc:  # the report carries it; the exit code says whether to retry
         (options.log or _stderr)(f"error: {type(exc).__name__}: {exc}")
@@ -261,8 +262,29 @@ def run_job(job_input: JobInput, options: RunOptions | None = None) -> tuple[Wor
         )
         return report, exit_code(exc)
     finally:
+        end_process_group(wait_for_peers=False, log=options.log or _stderr)
         if server is not None:
             server.stop()
+
+
+def end_process_group(*, wait_for_peers: bool, log: Callable[[str], None]) -> None:
+    """Leave torch.distributed before the process exits. A gloo rank that exits while its peer's
+    connection is still open can abort in gloo's I/O thread (SIGABRT after a good report), so a
+    finished rank waits at a barrier for the others (rank 0 may still be uploading) and then
+    closes the group. After an error there is no barrier: the peer may be gone. A failed barrier
+    is logged, not raised: this rank's report is already complete."""
+    dist_module = sys.modules.get("torch.distributed")  # never imports torch for the JAX path
+    if dist_module is None or not dist_module.is_available() or not dist_module.is_initialized():
+        return
+    if wait_for_peers:
+        try:
+            dist_module.barrier()
+        except Exception as exc:  # a peer that failed reports its own error
+            log(f"warning: the closing barrier failed ({type(exc).__name__}: {exc})")
+    try:
+        dist_module.destroy_process_group()
+    except Exception as exc:  # run_job never raises; the report is what counts
+        log(f"warning: leaving the process group failed ({type(exc).__name__}: {exc})")
 
 
 def run_causal_lm(
