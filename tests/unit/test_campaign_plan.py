@@ -323,10 +323,10 @@ class CampaignKube:
         self.taken = taken or {}  # name -> the object already there
 
     def create(self, obj: dict[str, Any]) -> dict[str, Any]:
-        from kubernetes.client.exceptions import ApiException
+        from accelbench.kubeapi import ApiError
 
         if obj["metadata"]["name"] in self.taken:
-            raise ApiException(status=409, reason="AlreadyExists")
+            raise ApiError(status=409, reason="AlreadyExists")
         self.created.append(obj)
         return obj
 

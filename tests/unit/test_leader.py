@@ -7,10 +7,10 @@ import copy
 from typing import Any
 
 import pytest
-from kubernetes.client.exceptions import ApiException
 
 from accelbench.controller import leader
 from accelbench.controller.leader import DURATION_S, LeaderElector
+from accelbench.kubeapi import ApiError
 
 
 class LeaseStore:
@@ -25,7 +25,7 @@ class LeaseStore:
 
     def create(self, obj: dict[str, Any]) -> dict[str, Any]:
         if self.obj is not None:
-            raise ApiException(status=409, reason="AlreadyExists")
+            raise ApiError(status=409, reason="AlreadyExists")
         return self._store(obj)
 
     def replace(self, obj: dict[str, Any]) -> dict[str, Any]:
@@ -33,7 +33,7 @@ class LeaseStore:
             self.obj is None
             or obj["metadata"].get("resourceVersion") != self.obj["metadata"]["resourceVersion"]
         ):
-            raise ApiException(status=409, reason="Conflict")
+            raise ApiError(status=409, reason="Conflict")
         return self._store(obj)
 
     def _store(self, obj: dict[str, Any]) -> dict[str, Any]:
@@ -89,5 +89,5 @@ def test_a_write_from_an_older_read_is_refused(clock: list[float]) -> None:
     record = leader.parse_lease(store.obj)
     assert a.try_acquire_or_renew()  # moves the resourceVersion on
     stale = leader.lease_object("accelbench", "ops", "b", record, leader.datetime.now(leader.UTC))
-    with pytest.raises(ApiException):
+    with pytest.raises(ApiError):
         store.replace(stale)

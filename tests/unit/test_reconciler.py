@@ -10,7 +10,6 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from kubernetes.client.exceptions import ApiException
 from test_status import NOW, PRICED, body_with, job_time, recorded
 
 from accelbench.catalog import load_catalog
@@ -25,6 +24,7 @@ from accelbench.controller.reconciler import (
     reconcile,
 )
 from accelbench.controller.state import ControllerState
+from accelbench.kubeapi import ApiError
 
 
 class FakeKube:
@@ -49,7 +49,7 @@ class FakeKube:
     def create(self, obj: dict[str, Any]) -> dict[str, Any]:
         """Recorded in `applied` too: every child written, by a create or an apply."""
         if (obj["kind"], obj["metadata"]["name"]) in self.existing:
-            raise ApiException(status=409, reason="AlreadyExists")
+            raise ApiError(status=409, reason="AlreadyExists")
         self.created.append(obj)
         return self.apply(obj)
 
@@ -212,14 +212,14 @@ def test_plan_error_is_an_invalid_spec(state: ControllerState, monkeypatch: pyte
 
 
 def test_apiserver_rejection_is_an_invalid_spec_and_outage_is_retried(state: ControllerState) -> None:
-    rejected = ApiException(status=422, reason="Unprocessable Entity")
+    rejected = ApiError(status=422, reason="Unprocessable Entity")
     rejected.body = json.dumps({"message": "Job.batch is invalid: spec.template: field is immutable"})
     state.kube = FakeKube(rejected)  # type: ignore[assignment]
     run(state, copy.deepcopy(MANIFEST))
     assert "field is immutable" in written(state)["message"]
     assert written(state)["conditions"][0]["reason"] == "InvalidSpec"
 
-    state.kube = FakeKube(ApiException(status=503, reason="Service Unavailable"))  # type: ignore[assignment]
+    state.kube = FakeKube(ApiError(status=503, reason="Service Unavailable"))  # type: ignore[assignment]
     outcome = run(state, copy.deepcopy(MANIFEST))
     assert outcome.retry  # with backoff; and said where a user looks (a 403 would read the same)
     assert "failed (503)" in written(state)["message"] and "phase" not in written(state)
@@ -246,7 +246,7 @@ def test_a_finished_run_is_never_re_applied(state: ControllerState) -> None:
 
 
 def test_a_stale_pass_is_refused_and_computed_again(state: ControllerState) -> None:
-    state.kube.status_error = ApiException(status=409, reason="Conflict")  # type: ignore[attr-defined]
+    state.kube.status_error = ApiError(status=409, reason="Conflict")  # type: ignore[attr-defined]
     outcome = run(state, copy.deepcopy(MANIFEST))
     assert outcome.label == "conflict-retry" and outcome.requeue_after is not None
     assert state.kube.events == []  # type: ignore[attr-defined]  # nothing announced that was not stored
@@ -277,7 +277,7 @@ def test_observing_patches_status_and_exports_metrics(state: ControllerState) ->
 
 
 def test_rejected_edit_of_a_running_run_keeps_it_observed(state: ControllerState) -> None:
-    rejected = ApiException(status=422, reason="Unprocessable Entity")
+    rejected = ApiError(status=422, reason="Unprocessable Entity")
     rejected.body = json.dumps({"message": "spec.template: field is immutable"})
     state.kube = FakeKube(rejected)  # type: ignore[assignment]
     body = copy.deepcopy(MANIFEST)
@@ -294,7 +294,7 @@ def test_rejected_edit_of_a_running_run_keeps_it_observed(state: ControllerState
 
 
 def test_a_child_a_resource_quota_refuses_is_said_and_retried_not_failed(state: ControllerState) -> None:
-    over = ApiException(status=403, reason="Forbidden")
+    over = ApiError(status=403, reason="Forbidden")
     over.body = json.dumps(
         {"message": 'jobs.batch "gemma-lora" is forbidden: exceeded quota: q, requested: count/jobs.batch=1'}
     )

@@ -15,6 +15,7 @@ import yaml
 
 from .. import __version__
 from ..api.contract import ENV_METRICS_PORT, ExitCode
+from ..kubeapi.config import ConfigError
 from .manifests import LoadedResource, ManifestError, load_all, load_resources
 
 
@@ -306,7 +307,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.campaign:
         try:
             document = _campaign_from_cluster(args)
-        except (ConfigException, LookupError) as exc:
+        except (ConfigError, LookupError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         except Exception as exc:  # the apiserver's refusal or an unreachable address: say which, briefly
@@ -364,28 +365,22 @@ def _write_report(document: dict[str, Any], out: str | None) -> int:
 
 
 def _kube_for(args: argparse.Namespace) -> Any:
-    from ..controller.kube import Kube, load_config
+    from ..controller.kube import Kube
+    from ..kubeapi import load_connection
 
     try:
-        load_config(args.kubeconfig, args.context)
-    except (ConfigException, OSError, TypeError) as exc:
-        raise ConfigException(
-            f"no cluster to read: kubeconfig {args.kubeconfig or '(default)'}: {exc}"
-        ) from None
-    return Kube()
+        return Kube(load_connection(args.kubeconfig, args.context))
+    except ConfigError as exc:
+        raise ConfigError(f"no cluster to read: kubeconfig {args.kubeconfig or '(default)'}: {exc}") from None
 
 
 def _context_name(args: argparse.Namespace) -> str | None:
     """The kubeconfig context the cluster was read through (None in a pod): the rows' cluster."""
     if args.context:
         return str(args.context)
-    try:
-        from kubernetes import config
+    from ..kubeapi import current_context
 
-        _, active = config.list_kube_config_contexts(config_file=args.kubeconfig)
-        return str(active["name"]) if active else None
-    except Exception:  # in a pod, or no kubeconfig: no name to give
-        return None
+    return current_context(args.kubeconfig)
 
 
 def _campaign_from_cluster(args: argparse.Namespace) -> dict[str, Any]:
@@ -421,12 +416,6 @@ def _list_resources(args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
     return tuple(  # type: ignore[return-value]
         kube.list(API_VERSION, kind, namespace, selector) for kind in (FinetuneJob.KIND, InferenceBench.KIND)
     )
-
-
-try:  # the kubernetes client is a core dependency; the name is only needed by `compare` and `report`
-    from kubernetes.config import ConfigException
-except ImportError:  # pragma: no cover
-    ConfigException = RuntimeError  # type: ignore[misc,assignment]
 
 
 def _read_artifacts(uris: Sequence[str]) -> list[tuple[str, dict[str, Any]]]:
@@ -472,7 +461,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     except Exception as exc:  # no kubeconfig, the apiserver's refusal or an unreachable address
         what = (
             str(exc)
-            if isinstance(exc, ConfigException)
+            if isinstance(exc, ConfigError)
             else f"cannot list accelbench resources: {_first_line(exc)}"
         )
         if not artifacts:

@@ -82,7 +82,6 @@ def _standby_health(liveness: str | None) -> Any:
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     kopf.configure(verbose=args.verbose)
-    logging.getLogger("kubernetes").setLevel(logging.WARNING)
     if not args.verbose:
         # kopf logs every event handler and indexer call at INFO: a line per watch event at scale.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
@@ -97,13 +96,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     namespaces = args.namespace or _env_list(ENV_OPERATOR_NAMESPACES)
     elector = None
     if args.leader_election:
-        from .kube import Kube, load_config
+        from ..kubeapi import load_connection
+        from .kube import Kube
         from .leader import LeaderElector
         from .state import operator_namespace
 
-        load_config()
         identity = os.environ.get(ENV_POD_NAME) or f"{socket.gethostname()}-{os.getpid()}"
-        elector = LeaderElector(Kube(), operator_namespace(), args.leader_election, identity)
+        elector = LeaderElector(Kube(load_connection()), operator_namespace(), args.leader_election, identity)
         health = _standby_health(args.liveness)
         elector.acquire()
         if health is not None:

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 from urllib3.exceptions import HTTPError
 
@@ -22,6 +21,7 @@ from ..api.errors import describe
 from ..api.status import ConditionType, Reason
 from ..campaign.artifact import ArtifactError, artifact_document, artifact_uri, write_artifact
 from ..campaign.plan import plan_campaign
+from ..kubeapi import ApiError
 from .cache import is_controlled_by
 from .conditions import conditions_to_wire, make_condition, merge_conditions, now_rfc3339, parse_conditions
 from .kube import api_error_message
@@ -135,7 +135,7 @@ def _ours(state: ControllerState, manifest: Mapping[str, Any], uid: str | None) 
     meta = manifest["metadata"]
     try:
         found = state.kube.get(manifest["apiVersion"], manifest["kind"], meta["namespace"], meta["name"])
-    except (ApiException, HTTPError, OSError):
+    except (ApiError, HTTPError, OSError):
         return True  # cannot tell now: the next pass looks again, nothing was changed
     return found is not None and is_controlled_by(found, uid)
 
@@ -168,7 +168,7 @@ def reconcile_campaign(snap: Snapshot, state: ControllerState, now: datetime) ->
             try:
                 state.kube.create(manifest)
                 log.info("%s/%s: created %s", namespace, name, run)
-            except ApiException as exc:
+            except ApiError as exc:
                 if exc.status == 409:
                     if _ours(state, manifest, meta.get("uid")):
                         continue  # made by an earlier pass, not in the index yet

@@ -30,6 +30,8 @@ from ..api.contract import (
     ENV_OPERATOR_WORKERS,
     LABEL_NAME,
 )
+from ..kubeapi import Connection, load_connection
+from ..kubeapi.config import BasicAuth
 from .cache import (
     controller_of,
     controller_uid,
@@ -39,7 +41,7 @@ from .cache import (
     slim_pod,
     slim_resource,
 )
-from .kube import PARALLEL_CREATES, Kube, load_config
+from .kube import PARALLEL_CREATES, Kube
 from .loop import Controller, Indexes
 from .metrics import METRICS
 from .served import source_name
@@ -93,17 +95,45 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.
     settings.watching.client_timeout = 330
     settings.persistence.diffbase_storage = NoDiffBase()
     if not hasattr(memo, "state"):
-        load_config()
         limiter = api_limiter()
         METRICS.api_throttled.set_function(lambda: limiter.waited_s)
+        kube = Kube(load_connection(), limiter, METRICS.observe_request, connections=CONNECTIONS)
         memo.state = ControllerState(
-            kube=Kube(limiter=limiter, on_response=METRICS.observe_request, connections=CONNECTIONS),
+            kube=kube,
             metrics=METRICS,
             price_namespace=operator_namespace(),
             price_config_map=os.environ.get(ENV_OPERATOR_PRICES_CONFIGMAP, DEFAULT_PRICES_CONFIGMAP),
             network=network_policies(),
         )
     logger.info("accelbench controller configured")
+
+
+def login(**_: Any) -> kopf.ConnectionInfo:
+    """kopf's watches log in as the operator's own requests do (kubeapi), so both read one
+    kubeconfig or ServiceAccount, exec credential plugins included. kopf calls this again when
+    the apiserver answers 401 or the credentials' expiration passes."""
+    return connection_info(load_connection())
+
+
+def connection_info(conn: Connection) -> kopf.ConnectionInfo:
+    headers = conn.auth.headers()
+    scheme, _, token = headers.get("Authorization", "").partition(" ")
+    basic = conn.auth if isinstance(conn.auth, BasicAuth) else None
+    return kopf.ConnectionInfo(
+        server=conn.server,
+        ca_path=conn.ca_file,
+        ca_data=conn.ca_data,
+        insecure=conn.insecure,
+        username=basic.username if basic else None,
+        password=basic.password if basic else None,
+        scheme=scheme if token and not basic else None,
+        token=token if token and not basic else None,
+        certificate_path=conn.client_cert_file,
+        private_key_path=conn.client_key_file,
+        default_namespace=conn.namespace,
+        proxy_url=conn.proxy_url,
+        expiration=conn.auth.expires,
+    )
 
 
 async def start_loop(memo: kopf.Memo, logger: logging.Logger, **indices: Any) -> None:
@@ -186,6 +216,7 @@ async def pod_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
 
 def register(registry: kopf.OperatorRegistry | None = None) -> None:
     """Attach the handlers for both kinds (to kopf's default registry unless one is given)."""
+    kopf.on.login(registry=registry)(login)
     kopf.on.startup(registry=registry)(configure)
     kopf.on.startup(registry=registry)(start_loop)
     kopf.on.cleanup(registry=registry)(stop_loop)

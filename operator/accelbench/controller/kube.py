@@ -1,22 +1,20 @@
 """Thin Kubernetes I/O: server-side apply of children, reads by label, the price ConfigMap, deletes.
 
-Requests go through the kubernetes client's ApiClient (auth, TLS, proxies) but bodies stay plain
-camelCase dicts, the same shape render/ produces and observe/ reads, with no model round trip.
+Requests go through kubeapi (the connection's TLS and credentials, one keep-alive pool); bodies
+stay plain camelCase dicts, the same shape render/ produces and observe/ reads.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
-from urllib.parse import quote, urlencode
-
-from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
+from urllib.parse import quote
 
 from ..api.contract import MANAGED_BY
+from ..kubeapi import ApiError, Connection, KubeHTTP, load_connection
+from ..kubeapi.http import MERGE_PATCH
 from .ratelimit import TokenBucket, retry_after_seconds
 
 log = logging.getLogger(__name__)
@@ -39,7 +37,6 @@ PLURALS: dict[str, str] = {
     "Event": "events",
     "Lease": "leases",
 }
-MERGE_PATCH = "application/merge-patch+json"
 # create_many's threads, shared by every pass: as many as the workers that may create at once, so
 # spreading a run's creates never queues them behind another run's.
 PARALLEL_CREATES = 32
@@ -64,41 +61,32 @@ def _error_of(call: Callable[[Mapping[str, Any]], Any], obj: Mapping[str, Any]) 
     return None
 
 
-def load_config(kubeconfig: str | None = None, context: str | None = None) -> None:
-    """An explicit kubeconfig or context wins; else in a pod its service account; else the default
-    kubeconfig (the local control plane, a user's laptop)."""
-    if kubeconfig is None and context is None:
-        try:
-            config.load_incluster_config()
-            return
-        except config.ConfigException:
-            pass
-    config.load_kube_config(config_file=kubeconfig, context=context)
-
-
 class Kube:
     """The operator's only client. Every method is one request (plus paging for lists), each taking
     a token from `limiter` first when there is one (ratelimit.py)."""
 
     def __init__(
         self,
-        api_client: client.ApiClient | None = None,
+        connection: Connection | None = None,
         limiter: TokenBucket | None = None,
         on_response: Callable[[str, int], None] | None = None,
         connections: int | None = None,
     ) -> None:
-        """`connections`: keep-alive connections kept open to the apiserver; as many as threads call
-        at once. The client's default (5 per CPU of the machine) is below the operator's worker
-        count on a small node, and each request past it opened and dropped a TLS connection."""
-        if api_client is None:
-            cfg = client.Configuration.get_default_copy()
-            if connections is not None:
-                cfg.connection_pool_maxsize = max(cfg.connection_pool_maxsize or 0, connections)
-            api_client = client.ApiClient(cfg)
-        self.api = api_client
+        """`connection`: where and as whom (kubeapi.load_connection() when None, at the first
+        request). `connections`: keep-alive connections kept open to the apiserver; as many as
+        threads call at once, so a burst of creates never opens and drops TLS connections."""
+        self._connection = connection
+        self._connections = connections or 10
+        self._http: KubeHTTP | None = None
         self.limiter = limiter
         self.on_response = on_response  # (method, status): the request counter
         self._creators: ThreadPoolExecutor | None = None
+
+    @property
+    def http(self) -> KubeHTTP:
+        if self._http is None:
+            self._http = KubeHTTP(self._connection or load_connection(), self._connections)
+        return self._http
 
     def _call(
         self,
@@ -110,27 +98,16 @@ class Kube:
         content_type: str | None = None,
         timeout: float = 30.0,
     ) -> dict[str, Any]:
-        # The REST layer directly, in the form kubernetes 36 and 37 share: their ApiClients differ
-        # (37's param_serialize), and workers' images pin 36 (botocore caps python-dateutil below 3).
-        headers = {"Accept": "application/json", "Content-Type": content_type or "application/json"}
-        for setting in self.api.configuration.auth_settings().values():
-            if setting.get("in") == "header" and setting.get("value"):
-                headers[setting["key"]] = setting["value"]
-        url = self.api.configuration.host + path + (f"?{urlencode(list(query))}" if query else "")
-        payload = self.api.sanitize_for_serialization(body) if body is not None else None
         if self.limiter is not None:
             self.limiter.acquire()
-        response = self.api.rest_client.request(
-            method, url, headers=headers, body=payload, _request_timeout=timeout
+        response = self.http.request(
+            method, path, query=query, body=body, content_type=content_type, timeout=timeout
         )
-        data = response.data if getattr(response, "data", None) is not None else response.read()
         if self.on_response is not None:
             self.on_response(method, response.status)
         if response.status == TOO_MANY_REQUESTS and self.limiter is not None:
-            self.limiter.pause(retry_after_seconds(response.getheader("Retry-After")))
-        if not 200 <= response.status < 300:
-            raise ApiException(http_resp=response)
-        return json.loads(data) if data else {}
+            self.limiter.pause(retry_after_seconds(response.headers.get("Retry-After")))
+        return response.raise_for_status().json()
 
     def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]:
         """Server-side apply with force: the operator owns every field it renders, and nothing else."""
@@ -207,7 +184,7 @@ class Kube:
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             return self._call("GET", resource_path(api_version, kind, namespace, name))
-        except ApiException as exc:
+        except ApiError as exc:
             if exc.status == 404:
                 return None
             raise
@@ -217,7 +194,7 @@ class Kube:
         body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
         try:
             self._call("DELETE", resource_path(api_version, kind, namespace, name), body=body)
-        except ApiException as exc:
+        except ApiError as exc:
             if exc.status != 404:
                 raise
 
@@ -243,10 +220,6 @@ class Kube:
         return None if found is None else dict(found.get("data") or {})
 
 
-def api_error_message(exc: ApiException) -> str:
+def api_error_message(exc: ApiError) -> str:
     """The apiserver's own message (a Status object), which is what a user needs to read."""
-    try:
-        body = json.loads(exc.body or "{}")
-    except ValueError:
-        body = {}
-    return str(body.get("message") or exc.reason or exc)
+    return exc.message

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
+
+from ..kubeapi import ApiError
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +116,7 @@ class LeaderElector:
                 self.kube.create(body)
             else:
                 self.kube.replace(body)
-        except ApiException as exc:
+        except ApiError as exc:
             if exc.status not in (404, 409):
                 log.warning("lease %s/%s: %s %s", self.namespace, self.name, exc.status, exc.reason)
             return False  # another replica wrote first: read again next time
@@ -159,5 +160,5 @@ class LeaderElector:
             if record is not None and record.holder == self.identity:
                 body = lease_object(self.name, self.namespace, self.identity, record, datetime.now(UTC), "")
                 self.kube.replace(body)
-        except (ApiException, HTTPError, OSError) as exc:
+        except (ApiError, HTTPError, OSError) as exc:
             log.warning("releasing Lease %s/%s failed: %s", self.namespace, self.name, exc)

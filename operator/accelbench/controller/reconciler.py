@@ -24,13 +24,13 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from ..api import parse_resource
 from ..api.contract import ENV_OPERATOR_OBSERVE_INTERVAL, LABEL_CAMPAIGN, REPORT_CONFIGMAP_KEY
 from ..api.status import ConditionType, Phase, Reason
 from ..cost import parse_time
+from ..kubeapi import ApiError
 from .cache import ResourceKey, controller_of, is_controlled_by
 from .children import accelerator_label, build_children, leave_suspend_to_kueue, plan_status
 from .conditions import find_condition, now_rfc3339, parse_conditions
@@ -186,7 +186,7 @@ def _holder(state: ControllerState, child: Mapping[str, Any], owned_jobs: set[st
         return None  # ours, known from the index: no read needed
     try:
         return state.kube.get(child["apiVersion"], child["kind"], meta["namespace"], meta["name"])
-    except ApiException as exc:
+    except ApiError as exc:
         message = f"reading {child['kind']}/{meta['name']} failed ({exc.status}): {api_error_message(exc)}"
         raise RetryLater(message) from exc
     except (HTTPError, OSError) as exc:
@@ -194,7 +194,7 @@ def _holder(state: ControllerState, child: Mapping[str, Any], owned_jobs: set[st
 
 
 def _apply_failed(
-    w: Writes, child: Mapping[str, Any], exc: ApiException, generation: int | None, now: datetime
+    w: Writes, child: Mapping[str, Any], exc: ApiError, generation: int | None, now: datetime
 ) -> Outcome:
     """What a refused create or apply of a child means for the run (RetryLater when it is passing)."""
     ref = f"{child['kind']}/{child['metadata']['name']}"
@@ -249,9 +249,9 @@ def _create_failed(
 ) -> Outcome | None:
     """What a child's create error means: None when created or held by a name (409: read the
     holder next), the pass's Outcome when refused; the apiserver away is retried later."""
-    if error is None or (isinstance(error, ApiException) and error.status == 409):
+    if error is None or (isinstance(error, ApiError) and error.status == 409):
         return None
-    if isinstance(error, ApiException):
+    if isinstance(error, ApiError):
         return _apply_failed(w, child, error, generation, now)
     if isinstance(error, (HTTPError, OSError)):
         ref = f"{child['kind']}/{child['metadata']['name']}"
@@ -326,7 +326,7 @@ def ensure_children(
         ref = f"{child['kind']}/{child['metadata']['name']}"
         try:
             state.kube.apply(child)
-        except ApiException as exc:
+        except ApiError as exc:
             return _apply_failed(w, child, exc, generation, now)
         except (HTTPError, OSError) as exc:
             raise RetryLater(f"applying {ref} failed: {exc}") from exc
@@ -371,7 +371,7 @@ def _refusals(
         else:
             try:
                 refused = pods_refused(state.kube.events_about(namespace, job_uid))
-            except (ApiException, HTTPError, OSError) as exc:
+            except (ApiError, HTTPError, OSError) as exc:
                 log.warning("reading the Events of Job %s/%s failed: %s", namespace, job_name, exc)
                 continue
             state.remember_asked_why(job_uid, now, refused)
@@ -389,8 +389,8 @@ def stored_report_reader(state: ControllerState, snap: Snapshot) -> Callable[[st
     def read(name: str) -> str | None:
         try:
             found = state.kube.get("v1", "ConfigMap", namespace, name)
-        except (ApiException, HTTPError, OSError) as exc:
-            detail = api_error_message(exc) if isinstance(exc, ApiException) else str(exc)
+        except (ApiError, HTTPError, OSError) as exc:
+            detail = api_error_message(exc) if isinstance(exc, ApiError) else str(exc)
             raise RetryLater(f"reading ConfigMap {namespace}/{name} failed: {detail}") from exc
         if found is None or not uid or not is_controlled_by(found, uid):
             return None
@@ -445,8 +445,8 @@ def observe_children(snap: Snapshot, w: Writes, state: ControllerState, now: dat
             continue
         try:
             state.kube.delete("batch/v1", "Job", namespace, job_name)
-        except (ApiException, HTTPError, OSError) as exc:
-            detail = api_error_message(exc) if isinstance(exc, ApiException) else str(exc)
+        except (ApiError, HTTPError, OSError) as exc:
+            detail = api_error_message(exc) if isinstance(exc, ApiError) else str(exc)
             log.warning("%s/%s: deleting Job %s failed: %s", namespace, snap.key[2], job_name, detail)
             failed_delete = True  # the status is still written; the delete is retried with backoff
             continue
@@ -515,7 +515,7 @@ def write_status(
     read = (body.get("metadata") or {}).get("resourceVersion")
     try:
         stored = state.kube.patch_status(body, patch, read)
-    except ApiException as exc:
+    except ApiError as exc:
         if exc.status == 409:
             return Outcome("conflict-retry", requeue_after=0.5), False
         if exc.status == 404:
@@ -584,7 +584,7 @@ def reconcile(snap: Snapshot, state: ControllerState, now: datetime) -> Outcome:
     for type_, reason, message in w.events:
         try:
             state.kube.post_event(body, type_, reason, message, stamp)
-        except (ApiException, HTTPError, OSError) as exc:  # an Event is a courtesy, never a failure
+        except (ApiError, HTTPError, OSError) as exc:  # an Event is a courtesy, never a failure
             log.warning("%s %s/%s: posting event %s failed: %s", kind, namespace, name, reason, exc)
     state.metrics.set_phase(namespace, name, kind, w.status.get("phase"))
     campaign = str(((body.get("metadata") or {}).get("labels") or {}).get(LABEL_CAMPAIGN, ""))

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from ..api.contract import (
@@ -24,6 +23,7 @@ from ..api.contract import (
 )
 from ..catalog import load_catalog, parse_image_overrides, parse_price_overrides
 from ..catalog.types import Catalog
+from ..kubeapi import ApiError
 from ..render import NetworkPolicies
 from .kube import Kube
 from .metrics import Metrics
@@ -128,7 +128,7 @@ class ControllerState:
         log = logging.getLogger(__name__)
         try:
             data = self.kube.read_config_map_data(self.price_namespace, self.price_config_map)
-        except (ApiException, HTTPError, OSError) as exc:
+        except (ApiError, HTTPError, OSError) as exc:
             # No RBAC or no apiserver for it: catalog prices are still correct, just not overridden.
             log.warning(
                 "price ConfigMap %s/%s unreadable: %s", self.price_namespace, self.price_config_map, exc

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TextIO
+from urllib.parse import quote
 
 from ..api.contract import (
     ENV_POD_NAMESPACE,
@@ -217,15 +218,15 @@ def write_results_config_map(
     if not in_cluster and not kubeconfig:
         log.info("not in a cluster: results ConfigMap %s/%s not written", namespace, name)
         return False
-    from kubernetes import client, config
+    from ..kubeapi import KubeHTTP, load_connection
+    from ..kubeapi.http import MERGE_PATCH
 
+    path = f"/api/v1/namespaces/{quote(namespace, safe='')}/configmaps/{quote(name, safe='')}"
     for attempt in range(CONFIGMAP_ATTEMPTS):
         try:
-            if in_cluster:
-                config.load_incluster_config()
-            else:
-                config.load_kube_config(kubeconfig)
-            client.CoreV1Api().patch_namespaced_config_map(name, namespace, {"data": dict(data)})
+            http = KubeHTTP(load_connection(None if in_cluster else kubeconfig), connections=1)
+            patch = {"data": dict(data)}
+            http.request("PATCH", path, body=patch, content_type=MERGE_PATCH).raise_for_status()
         except Exception as exc:  # the termination message and the log still carry the report
             status = getattr(exc, "status", None)
             final = attempt == CONFIGMAP_ATTEMPTS - 1 or status in (400, 401, 403, 404, 413, 422)
