@@ -213,13 +213,15 @@ def write_results_config_map(
     name, namespace = env.get(ENV_RESULTS_CONFIGMAP), env.get(ENV_POD_NAMESPACE)
     if not name or not namespace:
         return False
-    in_cluster = bool(env.get("KUBERNETES_SERVICE_HOST"))
-    kubeconfig = env.get("KUBECONFIG")
+    from ..kubeapi import KubeHTTP, load_connection
+    from ..kubeapi.config import ENV_KUBECONFIG, ENV_SERVICE_HOST
+    from ..kubeapi.http import MERGE_PATCH
+
+    in_cluster = bool(env.get(ENV_SERVICE_HOST))
+    kubeconfig = env.get(ENV_KUBECONFIG)
     if not in_cluster and not kubeconfig:
         log.info("not in a cluster: results ConfigMap %s/%s not written", namespace, name)
         return False
-    from ..kubeapi import KubeHTTP, load_connection
-    from ..kubeapi.http import MERGE_PATCH
 
     path = f"/api/v1/namespaces/{quote(namespace, safe='')}/configmaps/{quote(name, safe='')}"
     for attempt in range(CONFIGMAP_ATTEMPTS):
