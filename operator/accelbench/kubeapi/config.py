@@ -38,6 +38,7 @@ SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 ENV_SERVICE_HOST = "KUBERNETES_SERVICE_HOST"
 ENV_SERVICE_PORT = "KUBERNETES_SERVICE_PORT"
 ENV_KUBECONFIG = "KUBECONFIG"
+ENV_EXEC_INFO = "KUBERNETES_EXEC_INFO"  # the ExecCredential request a credential plugin reads
 DEFAULT_KUBECONFIG = Path("~/.kube/config")
 TOKEN_REREAD_SECONDS = 60.0  # the kubelet rotates projected tokens well before they expire
 EXEC_EXPIRY_MARGIN_SECONDS = 30.0  # ask the plugin again this long before its token expires
@@ -125,7 +126,6 @@ class ExecPlugin(Auth):
     env: Mapping[str, str] = field(default_factory=dict)
     api_version: str = EXEC_API_VERSIONS[0]
     cluster: Mapping[str, Any] = field(default_factory=dict)  # provideClusterInfo's spec.cluster
-    cwd: Path | None = None
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     runs: int = 0  # how many times the plugin ran (tests and logs)
     _token: str | None = field(default=None, repr=False)
@@ -157,13 +157,12 @@ class ExecPlugin(Auth):
         request["spec"]["interactive"] = False
         if self.cluster:
             request["spec"]["cluster"] = dict(self.cluster)
-        env = {**os.environ, **self.env, "KUBERNETES_EXEC_INFO": json.dumps(request)}
+        env = {**os.environ, **self.env, ENV_EXEC_INFO: json.dumps(request)}
         self.runs += 1
         try:
             done = subprocess.run(
                 [self.command, *self.args],
                 env=env,
-                cwd=self.cwd,
                 capture_output=True,
                 text=True,
                 timeout=EXEC_TIMEOUT_SECONDS,
