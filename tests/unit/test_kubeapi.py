@@ -264,3 +264,21 @@ def test_a_bad_expiry_is_refused_without_echoing_the_token() -> None:
         parse_exec_credential('{"status": {"token": "secret", "expirationTimestamp": "soon"}}', "p")
     assert "secret" not in str(caught.value)  # a credential never goes into a message or a log
     assert "'soon'" in str(caught.value)
+
+
+def test_kopf_logs_in_with_the_same_connection(tmp_path: Path) -> None:
+    from accelbench.controller.handlers import connection_info
+
+    user = {"client-certificate": "u.crt", "client-key": "u.key", "token": "abc"}
+    info = connection_info(connection(kubeconfig(tmp_path / "kc", user)))
+    assert (info.server, info.scheme, info.token, info.default_namespace) == (
+        "https://10.0.0.1:6443",
+        "Bearer",
+        "abc",
+        "team",
+    )
+    assert info.certificate_path == str(tmp_path / "u.crt") and info.username is None
+    basic = connection_info(connection(kubeconfig(tmp_path / "kc2", {"username": "ann", "password": "pw"})))
+    assert (basic.username, basic.password, basic.token) == ("ann", "pw", None)
+    anonymous = connection_info(connection(kubeconfig(tmp_path / "kc3", {})))
+    assert (anonymous.scheme, anonymous.token, anonymous.expiration) == (None, None, None)
