@@ -44,6 +44,20 @@ trim_store() {
     fi
 }
 
+# The workers' venvs hold several GB of CUDA libraries, and vfs copies the whole root filesystem
+# for every step it caches: a worker build with a cache layer per step needed over 45 GB and filled
+# the disk. Those build each stage in one working container instead (no per-step cache; pip's cache
+# still saves the downloads), after dropping what no tag names.
+layer_cache() {
+    case "$1" in
+    worker-*)
+        buildah "${STORE[@]}" rmi --prune >/dev/null 2>&1 || true
+        echo "--layers=false"
+        ;;
+    *) echo "--layers" ;;
+    esac
+}
+
 need() {
     local missing=()
     for tool in buildah podman debootstrap; do command -v "$tool" >/dev/null || missing+=("$tool"); done
@@ -143,7 +157,7 @@ main() {
         tag="ghcr.io/accelbench/$name:$VERSION"
         log "building $tag"
         start=$(date +%s)
-        buildah "${STORE[@]}" bud --isolation chroot --layers --quiet \
+        buildah "${STORE[@]}" bud --isolation chroot "$(layer_cache "$name")" --quiet \
             --volume "$HOME/.cache/pip:/root/.cache/pip" "${trust[@]}" \
             --build-arg "BASE_IMAGE=$BASE_TAG" --build-arg "VERSION=$VERSION" --build-arg "REVISION=$REVISION" \
             -f "$REPO/images/$name/Dockerfile" -t "$tag" "$REPO" >/dev/null
