@@ -9,8 +9,9 @@
 #   as localhost/accelbench-base:bookworm-py311. Each Dockerfile takes it as BASE_IMAGE (its
 #   default is the upstream image a user would build from).
 # - buildah as root with the vfs storage driver and chroot isolation, storage under
-#   $HOME/.cache/accelbench/containers so a warm run reuses layers; pip's cache is mounted into the
-#   build so wheels are downloaded once.
+#   $HOME/.cache/accelbench/containers (ACCELBENCH_IMAGE_STORE names another, e.g. to build the
+#   workers beside a test run that uses the default one) so a warm run reuses layers; pip's cache
+#   is mounted into the build so wheels are downloaded once.
 # - Per image: build seconds, size (MB, what `podman images` reports), layer count, and with
 #   --smoke the entrypoint run once (`--help`, as the image's user) and its framework imported.
 #
@@ -21,7 +22,8 @@ set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="$HOME/.cache/accelbench"
-STORE=(--root "$CACHE/containers/storage" --runroot "$CACHE/containers/run" --storage-driver vfs)
+CONTAINERS="${ACCELBENCH_IMAGE_STORE:-$CACHE/containers}"
+STORE=(--root "$CONTAINERS/storage" --runroot "$CONTAINERS/run" --storage-driver vfs)
 BASE_TAG="localhost/accelbench-base:bookworm-py311"
 MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 VERSION="$(sed -n 's/^version = "\(.*\)"/\1/p' "$REPO/pyproject.toml" | head -1)"
@@ -36,7 +38,7 @@ log() { printf '[build-images] %s\n' "$*" >&2; }
 STORE_BUDGET_GB="${ACCELBENCH_IMAGE_STORE_GB:-8}"
 trim_store() {
     local used_gb
-    used_gb=$(($(du -sk "$CACHE/containers/storage" 2>/dev/null | cut -f1) / 1048576))
+    used_gb=$(($(du -sk "$CONTAINERS/storage" 2>/dev/null | cut -f1) / 1048576))
     if [ "$used_gb" -ge "$STORE_BUDGET_GB" ]; then
         log "image store holds ${used_gb} GB (budget ${STORE_BUDGET_GB} GB): removing untagged images"
         buildah "${STORE[@]}" rm --all >/dev/null || true
@@ -143,15 +145,15 @@ main() {
         for d in "$REPO"/images/*/; do names+=("$(basename "$d")"); done
     fi
     need
-    mkdir -p "$CACHE/containers" "$HOME/.cache/pip"
+    mkdir -p "$CONTAINERS" "$HOME/.cache/pip"
     make_base
     local results="[]" name tag start seconds size layers smoked trust=()
     # Builds reach PyPI through this machine's TLS setup: its CA bundle (which may hold a proxy's
     # CA) is mounted for the RUN steps only, with a pip.conf naming it; neither ends up in an image.
     if [ -f /etc/ssl/certs/ca-certificates.crt ]; then
-        printf '[global]\ncert = /etc/ssl/certs/ca-certificates.crt\n' >"$CACHE/containers/pip.conf"
+        printf '[global]\ncert = /etc/ssl/certs/ca-certificates.crt\n' >"$CONTAINERS/pip.conf"
         trust=(--volume /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro
-            --volume "$CACHE/containers/pip.conf:/etc/pip.conf:ro")
+            --volume "$CONTAINERS/pip.conf:/etc/pip.conf:ro")
     fi
     for name in "${names[@]}"; do
         tag="ghcr.io/accelbench/$name:$VERSION"
@@ -175,16 +177,26 @@ main() {
     done
     trim_store
     if [ -n "$out" ]; then
+        # Merged into what --out already records, one entry per image, each with its own date and
+        # command, so images built at different times (the workers take long) share one file.
         python3 - "$results" "$BASE_TAG" "$out" "${names[@]}" <<'PY'
 import datetime, json, os, platform, sys
 results, base, out, names = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4:]
+date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+command = "hack/build-images.sh --smoke " + " ".join(names)
+try:
+    with open(out) as f:
+        earlier = json.load(f).get("images", [])
+except (OSError, ValueError):
+    earlier = []
+built = {r["image"] for r in results}
+for r in results:
+    r.update(date=date, command=command)
 doc = {
-    "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-    "command": "hack/build-images.sh --smoke " + " ".join(names),
     "machine": {"nproc": os.cpu_count(), "kernel": platform.release()},
     "base": base,
     "buildah": os.popen("buildah --version").read().strip(),
-    "images": results,
+    "images": [r for r in earlier if r["image"] not in built] + results,
 }
 with open(out, "w") as f:
     json.dump(doc, f, indent=1)

@@ -12,13 +12,14 @@ from pydantic import ValidationError
 from accelbench.api.campaign import CellRow
 from accelbench.api.finetune import FORMATS, FinetuneJobSpec, budget_floor
 from accelbench.campaign.results import conclude
-from accelbench.catalog import load_catalog
+from accelbench.catalog import load_catalog, model_shape
 from accelbench.cli.crdgen import generate_crds
 from accelbench.controller.ingest import ingest
 from accelbench.controller.metrics import result_values
 from accelbench.plan import PlanError
 from accelbench.plan.finetune import plan_finetune
 from accelbench.plan.memory import super_resolution_memory
+from accelbench.plan.tasks import quantized_matrices
 from accelbench.views.compare import QUANTIZE, SUPER_RESOLUTION, compare, format_value
 
 SR = {"task": "superResolution", "dataset": {"uri": "gs://bucket/images"}, "accelerator": {"type": "h100"}}
@@ -97,6 +98,17 @@ def test_the_budget_floor_counts_scales_and_zero_points() -> None:
     int8_small = FORMATS["int8"].effective_bits(64)
     assert floor == pytest.approx((4.25 * 4096 * 1024 + int8_small * 4096) / (4096 * 1024 + 4096))
     assert budget_floor(["int4-g128"], layers) is None
+
+
+def test_a_quantize_budget_covers_the_embeddings_and_head_unless_they_are_tied() -> None:
+    untied = model_shape("llama", "8b")  # Llama 3.1 8B: its own output head
+    tied = model_shape("llama", "1b")  # Llama 3.2 1B: the head is the embedding table
+    assert not untied.tied_embeddings and tied.tied_embeddings
+    decoder = quantized_matrices(untied.model_copy(update={"tied_embeddings": True}))
+    both = quantized_matrices(untied)
+    assert both[: len(decoder)] == decoder
+    assert both[len(decoder) :] == [(untied.vocab * untied.hidden, untied.hidden)] * 2
+    assert len(quantized_matrices(tied)) == 7 * tied.layers
 
 
 def test_super_resolution_plans_the_fewest_chips_that_split_the_batch_and_fit() -> None:

@@ -154,11 +154,11 @@ def test_quantize_runs_through_the_finetune_entrypoint(tmp_path: Path) -> None:
     assert ingested.valid, ingested.condition
     q = ingested.results.quantization
     assert q.effective_bits <= 6 + 1e-6 and q.budget_bits == 6
-    assert q.layers == 14 and sum(q.formats_used.values()) == 14
+    assert q.layers == 16 and sum(q.formats_used.values()) == 16  # 14 projections, embeddings, head
     assert q.weight_bytes_quantized < q.weight_bytes_bf16 and q.compression > 1
     assert q.perplexity_quantized > 1 and q.sensitivity_table == f"{out}/quantization-report.json"
     table = json.loads((out / "quantization-report.json").read_text())["sensitivity"]
-    assert len(table) == 14
+    assert len(table) == 16
     assert (out / "config.json").is_file()  # the export transformers (and so vLLM) loads
 
 

@@ -17,7 +17,7 @@ from accelbench.api.contract import ExitCode
 from accelbench.workers import InvalidConfigError
 from accelbench.workers.quantize.formats import FORMATS, applicable, fake_quantize
 from accelbench.workers.quantize.plan import Layer, choose
-from accelbench.workers.quantize.run import QuantizeSettings, quantize_model, tensor_bytes
+from accelbench.workers.quantize.run import QuantizeSettings, quantizable_layers, quantize_model, tensor_bytes
 from accelbench.workers.testing import make_chat_dataset, make_tiny_model
 
 INT4, INT8, BF16 = FORMATS["int4-g128"], FORMATS["int8"], FORMATS["bf16"]
@@ -87,14 +87,16 @@ def test_a_tiny_model_is_quantized_under_the_budget_and_its_export_loads(tmp_pat
         budget_bits=6.0, formats=("int4-g64", "int8", "bf16"), seq=32, calibration=4, held_out=4, batch=2
     )
     report = quantize_model(model, data, tmp_path / "out", settings, log=lambda _: None)
-    assert report.layers == 2 * 7  # two decoder blocks, seven projections each
+    # two decoder blocks of seven projections, the embeddings and the output head (not tied here)
+    assert report.layers == 2 * 7 + 2
     assert report.effective_bits <= 6.0 + 1e-6
     assert set(report.formats_used) <= {"int4-g64", "int8", "bf16"} and "int4-g64" in report.formats_used
-    assert report.model_effective_bits > report.effective_bits  # the bf16 embeddings count there
+    assert report.model_effective_bits > report.effective_bits  # the bf16 norms count there
     assert report.compression == pytest.approx(16 / report.model_effective_bits, rel=1e-3)
     assert report.weight_bytes_quantized < report.weight_bytes_bf16
     assert report.perplexity_bf16 > 1 and report.perplexity_quantized > 1
-    assert len(report.sensitivity) == 14 and all("lossIncrease" in row for row in report.sensitivity)
+    assert len(report.sensitivity) == 16 and all("lossIncrease" in row for row in report.sensitivity)
+    assert {"model.embed_tokens", "lm_head"} <= {row["layer"] for row in report.sensitivity}
     saved = json.loads((tmp_path / "out" / "quantization-report.json").read_text())
     assert saved["effective_bits"] == report.effective_bits
 
@@ -106,6 +108,17 @@ def test_a_tiny_model_is_quantized_under_the_budget_and_its_export_loads(tmp_pat
             assert plain == (chosen[name] == "bf16"), (name, type(module.weight))
     assert tensor_bytes(torch.zeros(3, dtype=torch.bfloat16)) == 6
     assert loaded(torch.tensor([[1, 2, 3]])).logits.shape[-1] == loaded.config.vocab_size
+
+
+def test_tied_embeddings_stay_out_of_the_budget() -> None:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    shape = {"vocab_size": 64, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1}
+    shape |= {"num_attention_heads": 2, "num_key_value_heads": 1}
+    untied = quantizable_layers(LlamaForCausalLM(LlamaConfig(**shape, tie_word_embeddings=False)))
+    tied = quantizable_layers(LlamaForCausalLM(LlamaConfig(**shape, tie_word_embeddings=True)))
+    assert isinstance(untied["model.embed_tokens"], torch.nn.Embedding) and "lm_head" in untied
+    assert set(untied) - set(tied) == {"model.embed_tokens", "lm_head"} and len(tied) == 7
 
 
 def test_the_cli_refuses_an_impossible_budget_with_the_invalid_config_code(tmp_path: Path) -> None:

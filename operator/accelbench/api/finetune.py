@@ -504,9 +504,10 @@ FORMATS_REPEAT = "quantize.formats names a format twice"
 
 
 class Quantize(ApiModel):
-    """Per-layer sensitivity on calibration text (the dataset's conversations), one format per decoder
-    linear layer under an effective-bits budget, a torchao export to spec.output, and perplexity,
-    memory and tokens/s of the export against bf16 on held-out windows."""
+    """Per-layer sensitivity on calibration text (the dataset's conversations), one format per weight
+    matrix (each decoder linear layer, and the embeddings and output head unless tied) under an
+    effective-bits budget, a torchao export to spec.output, and perplexity, memory and tokens/s of
+    the export against bf16 on held-out windows."""
 
     model_config = ApiModel.model_config | {
         "json_schema_extra": {
@@ -523,7 +524,10 @@ class Quantize(ApiModel):
         default=4.5,
         ge=2,
         le=16,
-        description="Effective bits per weight over the quantized layers, scales and zero-points counted.",
+        description=(
+            "Effective bits per weight over the quantized matrices (decoder linear layers, and the "
+            "embeddings and output head unless tied), scales and zero-points counted."
+        ),
     )
     formats: list[QuantFormat] = Field(
         default_factory=lambda: [QuantFormat.INT4_G128, QuantFormat.INT8, QuantFormat.BF16],

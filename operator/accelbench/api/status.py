@@ -214,9 +214,15 @@ class QuantizationResults(ApiModel):
     """Task quantize: the chosen formats' cost and what they do to quality, memory and speed."""
 
     budget_bits: float = Field(ge=0)
-    effective_bits: float = Field(ge=0, description="Per weight of the quantized layers, scales counted.")
+    effective_bits: float = Field(
+        ge=0,
+        description=(
+            "Per weight of the quantized matrices (decoder linear layers, and the embeddings and "
+            "output head unless tied), scales and zero-points counted."
+        ),
+    )
     model_effective_bits: float = Field(
-        ge=0, description="Per weight of the whole model (bf16 rest counted)."
+        ge=0, description="Per weight of the whole model (norms and tied embeddings in bf16 counted)."
     )
     compression: float = Field(ge=0, description="bf16 bytes / exported bytes, whole model.")
     layers: int = Field(ge=0)

@@ -106,12 +106,16 @@ def plan_super_resolution(spec: FinetuneJobSpec, catalog: Catalog) -> Plan:
     )
 
 
-def decoder_linear_layers(shape: ModelShape) -> list[tuple[int, int]]:
-    """(parameters, in_features) of every decoder linear layer: what a quantize budget covers."""
+def quantized_matrices(shape: ModelShape) -> list[tuple[int, int]]:
+    """(parameters, in_features) of every weight matrix a quantize budget covers, as the worker
+    finds them (workers.quantize.run.quantizable_layers): each decoder linear layer, then the input
+    embeddings and the output head unless they are one tied matrix (grouped along the hidden size)."""
     layers = []
     for index in range(shape.layers):
         for in_features, out_features in projection_dims(shape, shape.is_global_layer(index)).values():
             layers.append((in_features * out_features, in_features))
+    if not shape.tied_embeddings:
+        layers += [(shape.vocab * shape.hidden, shape.hidden)] * 2
     return layers
 
 
@@ -134,7 +138,7 @@ def plan_quantize(spec: FinetuneJobSpec, catalog: Catalog) -> Plan:
         )
     shape = model_shape(spec.base_model)
     formats = [f.value for f in q.formats]
-    floor = budget_floor(formats, decoder_linear_layers(shape))
+    floor = budget_floor(formats, quantized_matrices(shape))
     if floor is None:
         raise PlanError(
             f"quantize.formats {formats} leave some layer of {shape.name} without an applicable format "

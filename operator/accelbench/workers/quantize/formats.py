@@ -3,9 +3,10 @@ effective bits) is simulated and exported with torchao (no hand-written kernels)
 
 The simulation (`fake_quantize`) uses torchao's affine quantization primitives with the block shape
 and mapping of the format, so a sensitivity measured with it is the error the exported format makes.
-The export (`export_config`) names torchao's own configs: on CUDA int4 is Int4WeightOnlyConfig
-(tinygemm's tile-packed layout) and int8 Int8WeightOnlyConfig; elsewhere (CPU tests) both are
-IntxWeightOnlyConfig with the same grouping, which computes the same values without packed kernels.
+The export (`export_config`) names torchao's own configs: on CUDA a linear layer's int4 is
+Int4WeightOnlyConfig (tinygemm's tile-packed layout) and int8 Int8WeightOnlyConfig; elsewhere (CPU
+tests), and for embedding tables everywhere, both are IntxWeightOnlyConfig with the same grouping,
+which computes the same values without packed kernels.
 """
 
 from __future__ import annotations
@@ -53,17 +54,19 @@ def fake_quantize(weight: torch.Tensor, fmt: WeightFormat) -> torch.Tensor:
     return back.to(weight.dtype)
 
 
-def export_config(fmt: WeightFormat, cuda: bool) -> Any:
-    """torchao's config that stores a layer in `fmt` (None: left in bf16)."""
+def export_config(fmt: WeightFormat, cuda: bool, embedding: bool = False) -> Any:
+    """torchao's config that stores a layer in `fmt` (None: left in bf16). An embedding table is
+    looked up, not multiplied, so it always takes IntxWeightOnlyConfig (the packed CUDA configs are
+    for linear layers); the values are the same, held as int8 (unpacked)."""
     if fmt.bits >= 16:
         return None
     from torchao.quantization import Int4WeightOnlyConfig, Int8WeightOnlyConfig, IntxWeightOnlyConfig
     from torchao.quantization.granularity import PerAxis, PerGroup
     from torchao.quantization.quant_primitives import MappingType
 
-    if cuda and fmt.bits == 4:
+    if cuda and fmt.bits == 4 and not embedding:
         return Int4WeightOnlyConfig(group_size=fmt.group_size or 128, int4_packing_format="tile_packed_to_4d")
-    if cuda and fmt.bits == 8 and fmt.group_size is None:
+    if cuda and fmt.bits == 8 and fmt.group_size is None and not embedding:
         return Int8WeightOnlyConfig()
     granularity = PerGroup(fmt.group_size) if fmt.group_size else PerAxis(0)
     mapping = MappingType.SYMMETRIC if fmt.symmetric else MappingType.ASYMMETRIC

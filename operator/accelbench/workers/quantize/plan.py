@@ -3,8 +3,8 @@
 Every layer starts in its cheapest format; then, while the budget allows, the upgrade that removes
 the most sensitivity per extra bit is taken (the greedy of a multiple-choice knapsack, taken over
 each layer's convex hull of (bits, sensitivity) so a format that is never the best trade is skipped).
-The budget is the average effective bits per weight over the layers quantized (decoder linear
-layers; embeddings and the output head stay bf16 and are reported apart).
+The budget is the average effective bits per weight over the matrices quantized (decoder linear
+layers, and the embeddings and output head unless tied; what stays bf16 is reported apart).
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from .. import InvalidConfigError
 class Layer:
     name: str
     parameters: int
-    in_features: int
+    in_features: int  # the dimension formats group along (an embedding's row: the hidden size)
+    embedding: bool = False  # a lookup table, not a matmul: exported through another config
 
 
 @dataclass(frozen=True)
