@@ -56,6 +56,39 @@ def test_worker_module_runs_a_payload_from_the_env(manifest_for, tmp_path: Path)
     assert "metrics: serving on port" in result.stderr
 
 
+# What a JAX worker image leaves out (the `jax` extra has no peft, so no torch): a JAX run must not
+# need them, or the image would fail at run time, not at build.
+TORCH_SIDE = ("torch", "transformers", "peft", "deepspeed", "diffusers", "torchao", "accelerate")
+
+
+def test_a_jax_run_needs_nothing_from_the_torch_side(manifest_for, tmp_path: Path) -> None:
+    """A JAX LoRA run with an export, in a process where importing any torch-side package fails."""
+    manifest = manifest_for("llama", training={"maxSteps": 2}, output=str(tmp_path / "out"))
+    manifest["spec"]["framework"] = "jax"
+    resource = parse_resource(manifest)
+    log = tmp_path / "termination-log"
+    blocked = "import runpy, sys\n"
+    blocked += f"sys.modules.update(dict.fromkeys({TORCH_SIDE!r}))\n"  # None: `import` raises
+    blocked += "runpy.run_module('accelbench.workers.finetune', run_name='__main__', alter_sys=True)\n"
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith("ACCELBENCH_")}
+    result = subprocess.run(
+        [sys.executable, "-c", blocked],
+        env={
+            **inherited,
+            "ACCELBENCH_JOB": job_payload_json(resource, plan_for(resource, load_catalog())),
+            "ACCELBENCH_TERMINATION_LOG": str(log),
+            "ACCELBENCH_METRICS_PORT": "0",
+        },
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = parse_termination_message(log.read_text())
+    assert report.ok and report.finetune.steps == 2, report.error
+    assert any((tmp_path / "out").iterdir())
+
+
 def test_invalid_config_exits_3_with_a_report(manifest_for, tmp_path: Path) -> None:
     manifest = manifest_for("llama")
     manifest["spec"]["dataset"]["uri"] = str(tmp_path / "missing.jsonl")
