@@ -13,7 +13,9 @@
 #   workers beside a test run that uses the default one) so a warm run reuses layers; pip's cache
 #   is mounted into the build so wheels are downloaded once.
 # - Per image: build seconds, size (MB, what `podman images` reports), layer count, and with
-#   --smoke the entrypoint run once (`--help`, as the image's user) and its framework imported.
+#   --smoke the entrypoint run once (`--help`, as the image's user), its framework imported,
+#   `accelbench --version` run, and for a worker image what its venv holds outside its framework's
+#   own dependency closure (hack/image_contents.py, run with the image's python).
 #
 # worker-torch-gaudi's upstream base (Habana's SynapseAI image with its own torch) cannot be fetched
 # here: it is built on the local base instead, which checks everything after its FROM except that
@@ -114,6 +116,16 @@ smoke_import() {
     esac
 }
 
+# The framework a worker image exists to carry (pip requirement), for hack/image_contents.py; the
+# Gaudi image built here holds PyPI's torch in place of Habana's.
+framework_of() {
+    case "$1" in
+    worker-torch-cuda | worker-torch-gaudi) echo "torch" ;;
+    worker-jax-cuda) echo "jax[cuda12]" ;;
+    worker-jax-tpu) echo "jax[tpu]" ;;
+    esac
+}
+
 # `buildah run` (chroot isolation, as the build's RUN steps) rather than `podman run`: this
 # machine's seccomp refuses the setrlimit calls an OCI runtime makes (crun: RLIMIT_NOFILE, EPERM).
 smoke_run() {
@@ -123,10 +135,18 @@ smoke_run() {
     ctr="$(buildah "${STORE[@]}" from --quiet "$tag")"
     # shellcheck disable=SC2086  # the entrypoint is words
     if ! buildah "${STORE[@]}" run --isolation chroot --network host "$ctr" -- $entry --help >/dev/null ||
-        ! buildah "${STORE[@]}" run --isolation chroot "$ctr" -- python -c "$(smoke_import "$name")"; then
+        ! buildah "${STORE[@]}" run --isolation chroot "$ctr" -- python -c "$(smoke_import "$name")" ||
+        ! buildah "${STORE[@]}" run --isolation chroot "$ctr" -- accelbench --version; then
         buildah "${STORE[@]}" rm "$ctr" >/dev/null
         log "$tag: smoke run failed"
         return 1
+    fi
+    # Worker images: the framework's closure against the rest, into $CONTENTS (JSON) for the record.
+    CONTENTS=null
+    if [ -n "$(framework_of "$name")" ]; then
+        CONTENTS="$(buildah "${STORE[@]}" run --isolation chroot \
+            --volume "$REPO/hack/image_contents.py:/tmp/image_contents.py:ro" "$ctr" -- \
+            python /tmp/image_contents.py "$(framework_of "$name")")"
     fi
     buildah "${STORE[@]}" rm "$ctr" >/dev/null
 }
@@ -166,14 +186,14 @@ main() {
         seconds=$(($(date +%s) - start))
         size="$(podman "${STORE[@]}" image inspect --format '{{.Size}}' "$tag")"
         layers="$(podman "${STORE[@]}" image inspect --format '{{len .RootFS.Layers}}' "$tag")"
-        smoked=null
+        smoked=null CONTENTS=null
         if [ "$smoke" = 1 ]; then
             smoke_run "$tag" "$name"
-            smoked="\"entrypoint --help; $(smoke_import "$name")\""
+            smoked="\"entrypoint --help; $(smoke_import "$name"); accelbench --version\""
         fi
         log "$tag: $((size / 1000000)) MB, $layers layers, built in ${seconds}s"
-        results="$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r.append({"image": sys.argv[2], "size_mb": round(int(sys.argv[3])/1e6, 1), "layers": int(sys.argv[4]), "build_s": int(sys.argv[5]), "smoke": json.loads(sys.argv[6])}); print(json.dumps(r))' \
-            "$results" "$tag" "$size" "$layers" "$seconds" "$smoked")"
+        results="$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r.append({"image": sys.argv[2], "size_mb": round(int(sys.argv[3])/1e6, 1), "layers": int(sys.argv[4]), "build_s": int(sys.argv[5]), "smoke": json.loads(sys.argv[6]), "contents": json.loads(sys.argv[7])}); print(json.dumps(r))' \
+            "$results" "$tag" "$size" "$layers" "$seconds" "$smoked" "$CONTENTS")"
     done
     trim_store
     if [ -n "$out" ]; then
