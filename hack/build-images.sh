@@ -50,8 +50,8 @@ trim_store() {
 
 # The workers' venvs hold several GB of CUDA libraries, and vfs copies the whole root filesystem
 # for every step it caches: a worker build with a cache layer per step needed over 45 GB and filled
-# the disk. Those build each stage in one working container instead (no per-step cache; pip's cache
-# still saves the downloads), after dropping what no tag names.
+# the disk. Those build each stage in one working container instead (no per-step cache), after
+# dropping what no tag names.
 layer_cache() {
     case "$1" in
     worker-*)
