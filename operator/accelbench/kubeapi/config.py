@@ -84,8 +84,26 @@ class BasicAuth(Auth):
         return {"Authorization": f"Basic {pair}"}
 
 
+class FetchedToken(Auth):
+    """A bearer token fetched on demand (`token`) and kept until it ages or a 401 invalidates it.
+    Subclasses are dataclasses holding `_token` and `_lock`."""
+
+    _token: str | None
+    _lock: threading.Lock
+
+    def token(self) -> str:
+        raise NotImplementedError
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token()}"}
+
+    def invalidate(self) -> None:
+        with self._lock:
+            self._token = None
+
+
 @dataclass
-class TokenFile(Auth):
+class TokenFile(FetchedToken):
     """A token in a file that something else rewrites (the kubelet, a sidecar): read again once
     `max_age` seconds old or after a 401."""
 
@@ -107,16 +125,9 @@ class TokenFile(Auth):
                 self._read_at = now
             return self._token
 
-    def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.token()}"}
-
-    def invalidate(self) -> None:
-        with self._lock:
-            self._token = None
-
 
 @dataclass
-class ExecPlugin(Auth):
+class ExecPlugin(FetchedToken):
     """A client.authentication.k8s.io credential plugin: run `command`, read an ExecCredential from
     its stdout, keep its token until `expirationTimestamp` (minus a margin), or for the process's
     life when it gives none, and run it again after a 401."""
@@ -131,13 +142,6 @@ class ExecPlugin(Auth):
     _token: str | None = field(default=None, repr=False)
     _expires: datetime | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.token()}"}
-
-    def invalidate(self) -> None:
-        with self._lock:
-            self._token = None
 
     @property
     def expires(self) -> datetime | None:  # type: ignore[override]
