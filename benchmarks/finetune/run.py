@@ -56,7 +56,7 @@ class Case:
     seq: int
     batch: int  # global batch (rows per optimizer step)
     gradient_checkpointing: bool = False
-    compile: bool = False  # ACCELBENCH_COMPILE=1 (torch.compile); JAX always jits
+    compile: str = ""  # ACCELBENCH_COMPILE: "" eager, "model" or "layers" (torch.compile); JAX always jits
     about: str = ""
     micro: int | None = None  # rows per forward/backward; None: = batch (no accumulation)
     precision: str = "bf16"  # fp16: mixed precision with a gradient scaler (the V100 path)
@@ -98,7 +98,7 @@ CASES: list[Case] = [
         "full",
         2048,
         8,
-        compile=True,
+        compile="model",
         about="1B full FT, torch.compile (ANCHORS 39.9 %)",
     ),
     Case("1b-lora-torch", "pytorch", "1b", "lora", 2048, 8, about="1B LoRA r64 all projections, eager"),
@@ -131,8 +131,30 @@ CASES: list[Case] = [
         3072,
         1,
         gradient_checkpointing=True,
-        compile=True,
+        compile="model",
         about="27B-class LoRA r64, grad ckpt, torch.compile",
+    ),
+    # ACCELBENCH_COMPILE=layers: each decoder block compiled once for the whole depth (run 18).
+    Case(
+        "27b-lora-b1-torch-layers",
+        "pytorch",
+        "27b",
+        "lora",
+        3072,
+        1,
+        gradient_checkpointing=True,
+        compile="layers",
+        about="27B-class LoRA r64, grad ckpt, torch.compile per decoder block",
+    ),
+    Case(
+        "1b-full-torch-layers",
+        "pytorch",
+        "1b",
+        "full",
+        2048,
+        8,
+        compile="layers",
+        about="1B full FT, torch.compile per decoder block (vs the whole-model compile)",
     ),
     Case(
         "1b-full-torch-compile-b16",
@@ -141,7 +163,7 @@ CASES: list[Case] = [
         "full",
         2048,
         16,
-        compile=True,
+        compile="model",
         micro=8,
         about="1B full FT, torch.compile, 2 micro-batches of 8 per optimizer step",
     ),
@@ -198,6 +220,29 @@ CASES: list[Case] = [
         micro=2,
         rank=16,
         about="Llama-3.1-8B LoRA r16 all projections, XLA, 4 micro-batches of 2",
+    ),
+    Case(
+        "8b-lora-r16-torch-m1",
+        "pytorch",
+        "8b",
+        "lora",
+        4096,
+        8,
+        micro=1,
+        rank=16,
+        about="Llama-3.1-8B LoRA r16 all projections, eager, 8 micro-batches of 1 (2 per pass ran out of 80 GB)",
+    ),
+    Case(
+        "8b-lora-r16-torch-m1-layers",
+        "pytorch",
+        "8b",
+        "lora",
+        4096,
+        8,
+        micro=1,
+        rank=16,
+        compile="layers",
+        about="as 8b-lora-r16-torch-m1, torch.compile per decoder block",
     ),
     Case(
         "31b-lora-torch",
@@ -502,7 +547,9 @@ def case_row(record: dict[str, Any]) -> str:
     report = record.get("report") or {}
     memory = (report.get("memory") or {}).get("peakBytesPerChip")
     versions = report.get("versions") or {}
-    engine = "torch.compile" if record["compile"] else "eager"
+    engine = {"": "eager", "model": "torch.compile"}.get(
+        record["compile"], f"torch.compile ({record['compile']})"
+    )
     if record["framework"] == "jax":
         engine = "XLA jit"
     if versions.get("attention"):
@@ -784,7 +831,9 @@ def main(argv: list[str] | None = None) -> int:
             "model_label": ("tiny " if dry else "") + MODELS[case.model]["label"],
             "status": "skipped",
         }
-        anchor = None if dry else ANCHORS.get((case.model, case.method, case.seq, case.batch, case.compile))
+        anchor = (
+            None if dry else ANCHORS.get((case.model, case.method, case.seq, case.batch, bool(case.compile)))
+        )
         if anchor:
             record["anchor"] = {"tokens_per_second": anchor[0], "mfu": anchor[1], "peak_gb": anchor[2]}
         left = args.budget_s - elapsed()
@@ -829,7 +878,7 @@ def main(argv: list[str] | None = None) -> int:
         if case.framework == "jax":
             case_env.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.9")
         if case.compile:
-            case_env["ACCELBENCH_COMPILE"] = "1"
+            case_env["ACCELBENCH_COMPILE"] = case.compile
         if args.weights == "device":
             case_env[RANDOM_INIT] = "1"
         timeout = min(args.case_timeout_s, left)

@@ -108,7 +108,7 @@ ENV_DEEPSPEED_ACCELERATOR = "DS_ACCELERATOR"
 ENV_LOCAL_WORLD_SIZE = "LOCAL_WORLD_SIZE"
 
 # Worker tuning a user may set in spec.env (read by the workers only).
-ENV_COMPILE = "ACCELBENCH_COMPILE"  # "1": torch.compile the PyTorch model
+ENV_COMPILE = "ACCELBENCH_COMPILE"  # PyTorch: "1"/"model" whole forward + loss, "layers" each block
 ENV_TORCH_ATTENTION = "ACCELBENCH_TORCH_ATTENTION"  # force a transformers attention implementation
 ENV_JAX_ATTENTION = "ACCELBENCH_JAX_ATTENTION"  # einsum | xla | cudnn | auto
 # Gaudi (spec.gaudi): render writes them; Habana's PyTorch bridge reads the first, the worker the second.

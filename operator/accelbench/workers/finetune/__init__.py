@@ -35,11 +35,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from ...api import FinetuneJob
-from ...api.contract import ENV_RANDOM_INIT
+from ...api.contract import ENV_COMPILE, ENV_RANDOM_INIT
 from ...api.payload import WorkerPlan
 from ...api.status import PassAtKResults
 from .. import InvalidConfigError
@@ -48,6 +49,35 @@ from ..jobenv import DistEnv
 
 if TYPE_CHECKING:
     from .passk import PassAtKTask
+
+
+class CompileMode(StrEnum):
+    """How the PyTorch worker uses torch.compile (ENV_COMPILE; JAX always jits).
+
+    MODEL compiles the forward and the loss as one function: the fastest step, but its first step
+    compiles every layer's code, which for a 62-layer model with checkpointing outlasted a ten-minute
+    benchmark command (benchmarks/finetune run 13). LAYERS compiles each decoder block instead
+    ("regional compilation"): the blocks share their code, so one compile (two for models with
+    local and global layers) serves the whole depth, and the head and loss stay eager.
+    """
+
+    OFF = "off"
+    MODEL = "model"
+    LAYERS = "layers"
+
+
+def compile_mode(value: str | None) -> CompileMode:
+    """ENV_COMPILE's value: unset, "" or "0" is off, "1" is the whole model (its original meaning)."""
+    text = (value or "").strip().lower()
+    if text in ("", "0", CompileMode.OFF.value):
+        return CompileMode.OFF
+    if text == "1":
+        return CompileMode.MODEL
+    try:
+        return CompileMode(text)
+    except ValueError:
+        choices = ", ".join(m.value for m in CompileMode)
+        raise InvalidConfigError(f"{ENV_COMPILE}={value!r}: expected 0, 1 or one of {choices}") from None
 
 
 class MetricsSink(Protocol):
@@ -78,7 +108,7 @@ class TrainContext:
     chips: int  # chips the run uses in total (MFU divides by it)
     output_dir: Path | None = None  # local path to write weights to; None = do not save
     warmup_steps_excluded: int = 1  # steps left out of tokens/s (compilation, allocator warm-up)
-    compile: bool = False  # ENV_COMPILE=1: torch.compile (JAX always jits)
+    compile: CompileMode = CompileMode.OFF  # ENV_COMPILE: torch.compile (JAX always jits)
     lora_autocast: bool = True  # ENV_LORA_AUTOCAST=0: bf16 LoRA without autocast (benchmark A/B)
     random_init: bool = False  # ENV_RANDOM_INIT=1: random weights on the device (benchmarks only)
     log: Callable[[str], None] = print

@@ -56,7 +56,7 @@ from ..report import (
     termination_log_path,
     write_report,
 )
-from . import FinetuneOutcome, MetricsSink, TrainContext
+from . import FinetuneOutcome, MetricsSink, TrainContext, compile_mode
 from .passk import PassAtKTask, load_task
 
 REPORT_FILE = "report.json"  # the full WorkerReport beside the outputs in object storage
@@ -185,7 +185,7 @@ def build_context(
         chips=chips_for(plan, dist),
         output_dir=output_dir,
         warmup_steps_excluded=1 if data.total_steps > 1 else 0,
-        compile=options.env.get(ENV_COMPILE, "") == "1",
+        compile=compile_mode(options.env.get(ENV_COMPILE)),
         lora_autocast=options.env.get(ENV_LORA_AUTOCAST, "1") != "0",
         random_init=random_init,
         log=options.log or _stderr,

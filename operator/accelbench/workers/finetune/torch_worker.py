@@ -26,7 +26,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ...api.contract import ENV_HPU_GRAPHS, ENV_TORCH_ATTENTION
+from ...api.contract import ENV_COMPILE, ENV_HPU_GRAPHS, ENV_TORCH_ATTENTION
 from ...api.finetune import CheckpointFormat, MethodType, ParallelismStrategy, Precision, expand_lora_targets
 from ...api.payload import WorkerPlan
 from ..data import Batch, attention_allowed
@@ -35,6 +35,7 @@ from . import (
     ADAM_EPS,
     MAX_GRAD_NORM,
     RANDOM_INIT_NOTE,
+    CompileMode,
     FinetuneOutcome,
     InvalidConfigError,
     StepRecord,
@@ -302,6 +303,26 @@ def forward_ce(
 LossFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 
 
+def compiled_loss_fn(model: torch.nn.Module, mode: CompileMode) -> LossFn:
+    """The training loss function under `mode` (see CompileMode), compiling what it names.
+
+    LAYERS compiles each decoder block in place (`Module.compile`), inside the checkpoint wrapper
+    transformers puts around a block, so a recomputation reruns the compiled code; parameters are
+    the graph's inputs, so blocks with the same code share one compile. Eval stays eager under
+    MODEL: it runs a few times, and in no_grad mode it would be a second whole-model compile.
+    """
+    if mode == CompileMode.MODEL:
+        return torch.compile(forward_ce)
+    if mode == CompileMode.LAYERS:
+        layers = decoder_layers(model)
+        if not layers:
+            found = type(model).__name__
+            raise InvalidConfigError(f"{ENV_COMPILE}=layers: no decoder layers found in {found}")
+        for layer in layers:
+            layer.compile()
+    return forward_ce
+
+
 def masked_ce_sum(
     model: torch.nn.Module,
     batch: Batch,
@@ -466,6 +487,8 @@ def train(ctx: TrainContext) -> FinetuneOutcome:
     model.train()
     if device.type == "hpu" and os.environ.get(ENV_HPU_GRAPHS) == "1":
         notes.append(capture_hpu_graphs(model))
+    # Before any wrapper: FSDP2's and DeepSpeed's hooks then sit outside the compiled blocks.
+    loss_fn = compiled_loss_fn(model, ctx.compile)
     base = model
     zero3: Zero3 | None = None
     strategy = worker_strategy(ctx.plan) if dist else None
@@ -487,8 +510,6 @@ def train(ctx: TrainContext) -> FinetuneOutcome:
         # After the wrap: FSDP2 swaps each parameter for its sharded DTensor.
         optimizer = build_optimizer(base, ctx, device)
     param_groups = zero3.param_groups if zero3 is not None else optimizer.param_groups
-    # Eval stays eager: it runs a few times, and in no_grad mode it would be a second compile.
-    loss_fn: LossFn = torch.compile(forward_ce) if ctx.compile else forward_ce
     # fp16 and bf16 under zero3 are DeepSpeed's own modes (a half or bf16 model): no autocast there.
     autocast = autocast_dtype(training.precision, lora, ctx.lora_autocast) if zero3 is None else None
     sharded = dist and ctx.plan.fsdp > 1
