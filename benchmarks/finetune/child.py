@@ -341,9 +341,11 @@ def build(spec_path: str, out: str) -> int:
 
 @dataclass
 class StepLog:
-    """A MetricsSink that keeps what the worker reports after each step, with a wall-clock stamp."""
+    """A MetricsSink that keeps what the worker reports after each step, with a wall-clock stamp.
+    `after_step` runs at the end of every step (the profiler's step boundary)."""
 
     steps: list[dict[str, Any]] = field(default_factory=list)
+    after_step: Any = None
 
     def on_step(
         self, step: int, total_steps: int, loss: float, tokens_per_second: float | None, mfu: float | None
@@ -353,9 +355,117 @@ class StepLog:
         tps = f"{tokens_per_second:,.0f}" if tokens_per_second else "-"
         util = f"{mfu:.1%}" if mfu is not None else "-"
         log(f"step {step}/{total_steps} loss {loss:.4f} tokens/s {tps} mfu {util}")
+        if self.after_step is not None:
+            self.after_step()
 
     def on_eval(self, step: int, eval_loss: float) -> None:
         log(f"eval at step {step}: {eval_loss:.4f}")
+
+
+# --------------------------------------------------------------------------------------------------
+# profile: where one optimizer step of a PyTorch case goes (run.py --profile-step)
+
+# Set by run.py --profile-step. derive() leaves that step out of tokens/s: the profiler slows it.
+PROFILE_STEP_ENV = "BENCH_PROFILE_STEP"
+
+# Kernel name fragments -> category, first match wins (cuBLAS/CUTLASS GEMMs on Hopper are named
+# sm90_xmma_*, nvjet_*, cutlass*; cuDNN and FlashAttention kernels carry fmha/flash in their names;
+# Inductor's are triton_*).
+KERNEL_CATEGORIES: list[tuple[str, tuple[str, ...]]] = [
+    ("fused by torch.compile", ("triton",)),  # Inductor's kernels fuse casts, norms and activations
+    ("attention", ("flash", "fmha", "attention", "sdpa", "cudnn")),
+    ("matmul", ("gemm", "xmma", "nvjet", "cutlass", "matmul", "splitk", "aten::mm", "addmm", "bmm")),
+    ("optimizer", ("adam", "multi_tensor", "foreach")),
+    ("loss", ("softmax", "cross_entropy", "nll_loss", "log_softmax")),
+    ("copy / cast", ("copy", "memcpy", "memset", "to_copy", "cast")),
+]
+
+
+def kernel_category(name: str) -> str:
+    """The category of a GPU kernel by its name; "other elementwise / norm" for the rest."""
+    lowered = name.lower()
+    for category, fragments in KERNEL_CATEGORIES:
+        if any(f in lowered for f in fragments):
+            return category
+    return "other elementwise / norm"
+
+
+def profile_breakdown(kernels: list[tuple[str, float, int]], step_seconds: float) -> dict[str, Any]:
+    """kernels: (name, device seconds, calls) of one profiled step -> seconds per category, the
+    GPU's busy time, and idle time (the step's wall time the GPU ran no kernel: launch overhead,
+    host work, synchronisation)."""
+    by_category: dict[str, dict[str, float]] = {}
+    for name, seconds, calls in kernels:
+        entry = by_category.setdefault(kernel_category(name), {"seconds": 0.0, "kernels": 0})
+        entry["seconds"] += seconds
+        entry["kernels"] += calls
+    busy = sum(e["seconds"] for e in by_category.values())
+    idle = max(step_seconds - busy, 0.0)
+    ranked = sorted(by_category.items(), key=lambda kv: -kv[1]["seconds"])
+    share = {k: round(v["seconds"] / step_seconds, 4) for k, v in ranked} if step_seconds > 0 else {}
+    return {
+        "step_seconds": round(step_seconds, 5),
+        "gpu_busy_seconds": round(busy, 5),
+        "gpu_idle_seconds": round(idle, 5),
+        "categories": {
+            k: {"seconds": round(v["seconds"], 5), "kernels": int(v["kernels"])} for k, v in ranked
+        },
+        "share_of_step": share | ({"idle": round(idle / step_seconds, 4)} if step_seconds > 0 else {}),
+    }
+
+
+class StepProfiler:
+    """torch.profiler over optimizer step `step` (1-based): started before run_job, advanced at each
+    step's end by StepLog.after_step, so its one active window is exactly that step."""
+
+    def __init__(self, step: int, table_path: Path) -> None:
+        import torch
+
+        if step < 2:
+            raise ValueError(f"{PROFILE_STEP_ENV} must be 2 or more (step 1 compiles), got {step}")
+        self.step, self.table_path, self.summary = step, table_path, None
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        schedule = torch.profiler.schedule(wait=step - 2, warmup=1, active=1, repeat=1)
+        self.profiler = torch.profiler.profile(
+            activities=activities, schedule=schedule, on_trace_ready=self.done
+        )
+        self.window_started = 0.0
+        self.steps_seen = 0
+
+    def __enter__(self) -> StepProfiler:
+        self.profiler.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.profiler.__exit__(*exc)
+
+    def after_step(self) -> None:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        self.steps_seen += 1
+        if self.steps_seen == self.step - 1:
+            self.window_started = time.perf_counter()  # the active window opens at this boundary
+        self.profiler.step()
+
+    def done(self, prof: Any) -> None:
+        from torch.autograd import DeviceType
+
+        wall = time.perf_counter() - self.window_started
+        averages = prof.key_averages()
+        gpu = [e for e in averages if e.device_type != DeviceType.CPU]
+        kernels = [(e.key, e.self_device_time_total / 1e6, e.count) for e in gpu]
+        if not kernels:  # CPU run (dry run): the ops' own CPU time stands in for kernels
+            kernels = [(e.key, e.self_cpu_time_total / 1e6, e.count) for e in averages]
+        self.summary = {"step": self.step, **profile_breakdown(kernels, wall)}
+        sort_by = "self_device_time_total" if gpu else "self_cpu_time_total"
+        self.table_path.write_text(
+            json.dumps(self.summary, indent=2) + "\n\n" + averages.table(sort_by=sort_by, row_limit=40)
+        )
+        log(f"profile of step {self.step}: {json.dumps(self.summary['share_of_step'])}")
 
 
 def require_device(framework: str) -> str:
@@ -423,7 +533,8 @@ def derive(spec: dict[str, Any], report: Any, sink: StepLog, tokens: list[float]
             now = cumulative_tokens / entry["tps"]
             seconds[step] = now - cumulative_seconds
             cumulative_seconds = now
-    steady = [s for s in sorted(seconds) if s > warmup]
+    profiled = int(os.environ.get(PROFILE_STEP_ENV) or 0)  # the profiler slows the step it records
+    steady = [s for s in sorted(seconds) if s > warmup and s != profiled]
     out: dict[str, Any] = {
         "warmup_steps_excluded": warmup,
         "steps": len(tokens),
@@ -521,7 +632,14 @@ def case(spec_path: str, out: str) -> int:
             max_steps=None, env=dict(os.environ), extra_sink=sink, serve_metrics=False, log=log
         )
         log(f"run_job {spec['name']} ({framework}, compile={os.environ.get('ACCELBENCH_COMPILE', '0')})")
-        report, code = run_job(job_input, options)
+        profile_step = int(os.environ.get(PROFILE_STEP_ENV) or 0)
+        if profile_step and framework == "pytorch":
+            with StepProfiler(profile_step, Path(out).with_suffix(".profile.txt")) as profiler:
+                sink.after_step = profiler.after_step
+                report, code = run_job(job_input, options)
+            result["profile"] = profiler.summary
+        else:
+            report, code = run_job(job_input, options)
         result["exit_code"] = code
         result["report"] = report.to_wire()
         if report.ok:

@@ -37,12 +37,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from child import PROFILE_STEP_ENV  # this folder's child.py (stdlib only at import)
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 CHILD = HERE / "child.py"
 STARTED = time.monotonic()
 
 LORA_RANK = 64
+
 # accelbench.api.contract.ENV_RANDOM_INIT (this file imports nothing from the package: stdlib only).
 RANDOM_INIT = "ACCELBENCH_RANDOM_INIT"
 
@@ -230,7 +233,7 @@ CASES: list[Case] = [
         8,
         micro=1,
         rank=16,
-        about="Llama-3.1-8B LoRA r16 all projections, eager, 8 micro-batches of 1 (2 per pass ran out of 80 GB)",
+        about="Llama-3.1-8B LoRA r16 all projections, eager, 8 micro-batches of 1 (2 ran out of 80 GB)",
     ),
     Case(
         "8b-lora-r16-torch-m1-layers",
@@ -748,6 +751,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--env", action="append", default=[], help="KEY=VALUE for every case's process")
     parser.add_argument(
+        "--profile-step",
+        type=int,
+        default=0,
+        help="PyTorch cases: torch.profiler over this optimizer step (>= 2); <case>.profile.txt",
+    )
+    parser.add_argument(
         "--dry-run-cpu", action="store_true", help="tiny shapes on the CPU (tests the script)"
     )
     parser.add_argument("--list", action="store_true", help="list the cases and exit")
@@ -881,6 +890,8 @@ def main(argv: list[str] | None = None) -> int:
             case_env["ACCELBENCH_COMPILE"] = case.compile
         if args.weights == "device":
             case_env[RANDOM_INIT] = "1"
+        if args.profile_step:
+            case_env[PROFILE_STEP_ENV] = str(args.profile_step)
         timeout = min(args.case_timeout_s, left)
         say(f"[{index}/{len(cases)}] {case.name} ({case.about}); timeout {timeout:.0f}s ...")
         result_path = work / f"result-{case.name}.json"
@@ -890,9 +901,12 @@ def main(argv: list[str] | None = None) -> int:
         record["seconds"] = round(child.seconds, 1)
         record["returncode"] = child.returncode
         if child.result:
-            for key in ("report", "derived", "data", "notes"):
+            for key in ("report", "derived", "data", "notes", "profile"):
                 if key in child.result:
                     record[key] = child.result[key]
+        profile_table = result_path.with_suffix(".profile.txt")
+        if profile_table.exists():
+            shutil.copy(profile_table, out / f"{case.name}.profile.txt")
         if child.result and child.result.get("ok"):
             record["status"] = "ok"
         else:
