@@ -64,6 +64,7 @@ class Case:
     micro: int | None = None  # rows per forward/backward; None: = batch (no accumulation)
     precision: str = "bf16"  # fp16: mixed precision with a gradient scaler (the V100 path)
     rank: int = LORA_RANK  # LoRA rank (alpha = 2 × rank), all projections
+    loss_chunk: int = 0  # ACCELBENCH_LOSS_CHUNK: tokens per chunk of the LM head + loss (0: whole)
 
     @property
     def micro_batch(self) -> int:
@@ -225,6 +226,18 @@ CASES: list[Case] = [
         about="Llama-3.1-8B LoRA r16 all projections, XLA, 4 micro-batches of 2",
     ),
     Case(
+        "8b-lora-r16-torch-chunked",
+        "pytorch",
+        "8b",
+        "lora",
+        4096,
+        8,
+        micro=2,
+        rank=16,
+        loss_chunk=1024,
+        about="as 8b-lora-r16-torch, LM head + loss 1,024 tokens at a time (no fp32 logits of 8,192)",
+    ),
+    Case(
         "8b-lora-r16-torch-m1",
         "pytorch",
         "8b",
@@ -366,6 +379,7 @@ def child_env(extra: dict[str, str], dry_run: bool) -> dict[str, str]:
     env.setdefault("HF_HUB_OFFLINE", "1")  # no internet on the device machine: never try the hub
     env.setdefault("TRANSFORMERS_OFFLINE", "1")
     env.pop("ACCELBENCH_COMPILE", None)
+    env.pop("ACCELBENCH_LOSS_CHUNK", None)  # set per case (Case.loss_chunk) or by --env
     env.pop(RANDOM_INIT, None)  # set per case by --weights, never inherited
     if dry_run:
         env["CUDA_VISIBLE_DEVICES"] = ""
@@ -888,6 +902,8 @@ def main(argv: list[str] | None = None) -> int:
             case_env.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.9")
         if case.compile:
             case_env["ACCELBENCH_COMPILE"] = case.compile
+        if case.loss_chunk:
+            case_env["ACCELBENCH_LOSS_CHUNK"] = str(case.loss_chunk)
         if args.weights == "device":
             case_env[RANDOM_INIT] = "1"
         if args.profile_step:

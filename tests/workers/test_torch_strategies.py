@@ -25,6 +25,7 @@ from accelbench.api.contract import (
     ENV_NNODES,
     ENV_NPROC_PER_NODE,
     ENV_TERMINATION_LOG,
+    ExitCode,
 )
 from accelbench.workers.finetune.__main__ import RunOptions, run_job
 from accelbench.workers.jobenv import parse_job_payload
@@ -111,3 +112,43 @@ def test_zero3_saves_the_whole_merged_model_from_its_partitions(
     saved = {k: v.shape for f in out.glob("*.safetensors") for k, v in load_file(f).items()}
     base = {k: v.shape for f in tiny_models["llama"].glob("*.safetensors") for k, v in load_file(f).items()}
     assert saved == base
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_the_chunked_loss_under_ddp_and_fsdp_agrees_with_one_process(
+    manifest_for, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, strategy: str
+) -> None:
+    """ACCELBENCH_LOSS_CHUNK puts the LM head + loss inside the wrapped module (torch_loss): under DDP
+    its gradients are still reduced, under FSDP2 the root's head weight is unsharded where the
+    chunks use it, and the second step's loss shows both."""
+    manifest = manifest_for("llama", method={"type": "full"}, training={"maxSteps": 2, "learningRate": 3e-3})
+    single, code = run_job(parse_job_payload(manifest), QUIET)
+    assert code == 0, single.error
+    monkeypatch.setenv("ACCELBENCH_LOSS_CHUNK", "48")
+    ft = run_as_the_pod(manifest, two_process_plan(strategy), tmp_path).finetune
+    assert ft.loss_history[0] == pytest.approx(single.finetune.loss_history[0], rel=1e-5)
+    assert ft.loss_history[1] == pytest.approx(single.finetune.loss_history[1], rel=1e-4)
+
+
+def test_the_chunked_loss_is_refused_under_zero3_with_the_reason(
+    manifest_for, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    manifest = manifest_for("llama", method={"type": "full"}, training={"maxSteps": 1})
+    monkeypatch.setenv("ACCELBENCH_LOSS_CHUNK", "48")
+    log = tmp_path / "termination-log"
+    env = {
+        **os.environ,
+        ENV_JOB: json.dumps({**manifest, "plan": two_process_plan("zero3")}),
+        ENV_NNODES: "1",
+        ENV_NPROC_PER_NODE: "2",
+        ENV_MASTER_ADDR: "127.0.0.1",
+        ENV_MASTER_PORT: str(_free_port()),
+        ENV_TERMINATION_LOG: str(log),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "accelbench.workers.finetune"], env=env, capture_output=True, text=True,
+        timeout=300, check=False,
+    )  # fmt: skip
+    report = parse_termination_message(log.read_text())
+    assert done.returncode == ExitCode.INVALID_CONFIG and not report.ok, done.stderr[-2000:]
+    assert "not supported with the zero3 strategy" in report.error.message

@@ -370,5 +370,6 @@ def test_compiling_each_decoder_layer_trains_as_eager_does_and_compiles_once_for
     assert eager_code == 0, eager.error
     assert shallow[1] >= 100, shallow  # a block's operations were traced, not only the head's
     assert deep == shallow, (deep, shallow)
+    assert compiled.versions["compile"].startswith("torch.compile layers") and "compile" not in eager.versions
     assert compiled.finetune.loss_history == pytest.approx(eager.finetune.loss_history, rel=1e-4)
     assert compiled.finetune.eval_loss == pytest.approx(eager.finetune.eval_loss, rel=1e-4)

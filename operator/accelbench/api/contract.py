@@ -116,7 +116,7 @@ ENV_HPU_LAZY_MODE = "PT_HPU_LAZY_MODE"
 ENV_HPU_GRAPHS = "ACCELBENCH_HPU_GRAPHS"
 # "0": bf16 LoRA runs its fp32 adapters' matmuls in fp32, not under bf16 autocast (benchmark A/B).
 ENV_LORA_AUTOCAST = "ACCELBENCH_LORA_AUTOCAST"
-ENV_LOSS_CHUNK = "ACCELBENCH_LOSS_CHUNK"  # JAX: tokens per chunk of the LM head + loss (0 = whole)
+ENV_LOSS_CHUNK = "ACCELBENCH_LOSS_CHUNK"  # tokens per chunk of the LM head + loss (0 = whole)
 ENV_RANDOM_INIT = "ACCELBENCH_RANDOM_INIT"  # "1": benchmarks only: random weights from config.json
 
 # What the pass@k checker command gets (worker writes; the user's checker reads).

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from ...api import FinetuneJob
-from ...api.contract import ENV_COMPILE, ENV_RANDOM_INIT
+from ...api.contract import ENV_COMPILE, ENV_LOSS_CHUNK, ENV_RANDOM_INIT
 from ...api.payload import WorkerPlan
 from ...api.status import PassAtKResults
 from .. import InvalidConfigError
@@ -80,6 +80,20 @@ def compile_mode(value: str | None) -> CompileMode:
         raise InvalidConfigError(f"{ENV_COMPILE}={value!r}: expected 0, 1 or one of {choices}") from None
 
 
+def loss_chunk_tokens(value: str | None) -> int:
+    """ENV_LOSS_CHUNK's value: tokens per chunk of the LM head + loss; unset or 0 = all at once."""
+    text = (value or "").strip()
+    if not text:
+        return 0
+    try:
+        tokens = int(text)
+    except ValueError:
+        tokens = -1
+    if tokens < 0:
+        raise InvalidConfigError(f"{ENV_LOSS_CHUNK}={value!r}: expected a whole number of tokens, 0 or more")
+    return tokens
+
+
 class MetricsSink(Protocol):
     """Where a framework reports progress. Rank 0's values are the ones that matter."""
 
@@ -109,6 +123,7 @@ class TrainContext:
     output_dir: Path | None = None  # local path to write weights to; None = do not save
     warmup_steps_excluded: int = 1  # steps left out of tokens/s (compilation, allocator warm-up)
     compile: CompileMode = CompileMode.OFF  # ENV_COMPILE: torch.compile (JAX always jits)
+    loss_chunk_tokens: int = 0  # ENV_LOSS_CHUNK: the LM head + loss this many tokens at a time (0: all)
     lora_autocast: bool = True  # ENV_LORA_AUTOCAST=0: bf16 LoRA without autocast (benchmark A/B)
     random_init: bool = False  # ENV_RANDOM_INIT=1: random weights on the device (benchmarks only)
     log: Callable[[str], None] = print
@@ -155,6 +170,19 @@ RANDOM_INIT_NOTE = (
 def weights_marker(random_init: bool) -> dict[str, str]:
     """An entry for the report's versions map: a random-weight run says so in its WorkerReport."""
     return {"weights": f"random ({ENV_RANDOM_INIT}=1)"} if random_init else {}
+
+
+def tuning_marker(ctx: TrainContext) -> dict[str, str]:
+    """Entries for the report's versions map naming the PyTorch tuning a run took (ENV_COMPILE,
+    ENV_LOSS_CHUNK), so a figure in status says how it was made; empty when none was set."""
+    marker: dict[str, str] = {}
+    if ctx.compile != CompileMode.OFF:
+        marker["compile"] = f"torch.compile {ctx.compile.value} ({ENV_COMPILE})"
+    if ctx.loss_chunk_tokens:
+        marker["loss"] = (
+            f"LM head + cross-entropy in chunks of {ctx.loss_chunk_tokens} tokens ({ENV_LOSS_CHUNK})"
+        )
+    return marker
 
 
 def missing_weights(model_dir: Path, detail: str) -> InvalidConfigError:

@@ -32,6 +32,7 @@ from ...api.contract import (
     ENV_JOB,
     ENV_LOCAL_RANK,
     ENV_LORA_AUTOCAST,
+    ENV_LOSS_CHUNK,
     ENV_MASTER_ADDR,
     ENV_MASTER_PORT,
     ENV_NNODES,
@@ -56,7 +57,7 @@ from ..report import (
     termination_log_path,
     write_report,
 )
-from . import FinetuneOutcome, MetricsSink, TrainContext, compile_mode
+from . import FinetuneOutcome, MetricsSink, TrainContext, compile_mode, loss_chunk_tokens
 from .passk import PassAtKTask, load_task
 
 REPORT_FILE = "report.json"  # the full WorkerReport beside the outputs in object storage
@@ -186,6 +187,7 @@ def build_context(
         output_dir=output_dir,
         warmup_steps_excluded=1 if data.total_steps > 1 else 0,
         compile=compile_mode(options.env.get(ENV_COMPILE)),
+        loss_chunk_tokens=loss_chunk_tokens(options.env.get(ENV_LOSS_CHUNK)),
         lora_autocast=options.env.get(ENV_LORA_AUTOCAST, "1") != "0",
         random_init=random_init,
         log=options.log or _stderr,

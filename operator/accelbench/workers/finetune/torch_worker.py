@@ -26,7 +26,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ...api.contract import ENV_COMPILE, ENV_HPU_GRAPHS, ENV_TORCH_ATTENTION
+from ...api.contract import ENV_COMPILE, ENV_HPU_GRAPHS, ENV_LOSS_CHUNK, ENV_TORCH_ATTENTION
 from ...api.finetune import CheckpointFormat, MethodType, ParallelismStrategy, Precision, expand_lora_targets
 from ...api.payload import WorkerPlan
 from ..data import Batch, attention_allowed
@@ -44,8 +44,10 @@ from . import (
     learning_rate_at,
     missing_weights,
     torch_attention,
+    tuning_marker,
     weights_marker,
 )
+from .torch_loss import ChunkedLossModel, forward_chunked
 from .zero3 import Zero3, deepspeed_config
 
 # --------------------------------------------------------------------------------------------------
@@ -303,16 +305,18 @@ def forward_ce(
 LossFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 
 
-def compiled_loss_fn(model: torch.nn.Module, mode: CompileMode) -> LossFn:
-    """The training loss function under `mode` (see CompileMode), compiling what it names.
+def compiled_loss_fn(model: torch.nn.Module, mode: CompileMode, chunked: bool = False) -> LossFn:
+    """The training loss function under `mode` (see CompileMode), compiling what it names; `chunked`:
+    the model is a torch_loss.ChunkedLossModel, called as such.
 
     LAYERS compiles each decoder block in place (`Module.compile`), inside the checkpoint wrapper
     transformers puts around a block, so a recomputation reruns the compiled code; parameters are
     the graph's inputs, so blocks with the same code share one compile. Eval stays eager under
     MODEL: it runs a few times, and in no_grad mode it would be a second whole-model compile.
     """
+    plain: LossFn = forward_chunked if chunked else forward_ce
     if mode == CompileMode.MODEL:
-        return torch.compile(forward_ce)
+        return torch.compile(plain)
     if mode == CompileMode.LAYERS:
         layers = decoder_layers(model)
         if not layers:
@@ -320,7 +324,7 @@ def compiled_loss_fn(model: torch.nn.Module, mode: CompileMode) -> LossFn:
             raise InvalidConfigError(f"{ENV_COMPILE}=layers: no decoder layers found in {found}")
         for layer in layers:
             layer.compile()
-    return forward_ce
+    return plain
 
 
 def masked_ce_sum(
@@ -435,15 +439,18 @@ def evaluate(
     device: torch.device,
     dist: bool,
     autocast: torch.dtype | None = None,
+    chunked: bool = False,
 ) -> float | None:
+    """Mean held-out loss, eager (see compiled_loss_fn); `chunked`: model is a ChunkedLossModel."""
     data = ctx.data
+    loss_fn = forward_chunked if chunked else forward_ce
     if len(data.held_out) == 0:
         return None
     model.eval()
     total = torch.zeros(2, dtype=torch.float64, device=device)
     batch_size = data.micro_batch_size(ctx.dist.world_size)
     for batch in data.eval_batches(ctx.dist.rank, ctx.dist.world_size, batch_size):
-        ce_sum, count = masked_ce_sum(model, batch, config, attn, device, autocast=autocast)
+        ce_sum, count = masked_ce_sum(model, batch, config, attn, device, loss_fn, autocast=autocast)
         total += torch.stack([ce_sum.double(), count.double()])
     model.train()
     all_reduce_sum(total, dist)
@@ -487,11 +494,19 @@ def train(ctx: TrainContext) -> FinetuneOutcome:
     model.train()
     if device.type == "hpu" and os.environ.get(ENV_HPU_GRAPHS) == "1":
         notes.append(capture_hpu_graphs(model))
-    # Before any wrapper: FSDP2's and DeepSpeed's hooks then sit outside the compiled blocks.
-    loss_fn = compiled_loss_fn(model, ctx.compile)
     base = model
-    zero3: Zero3 | None = None
     strategy = worker_strategy(ctx.plan) if dist else None
+    chunked = ctx.loss_chunk_tokens > 0
+    if chunked:
+        if strategy == ParallelismStrategy.ZERO3:
+            raise InvalidConfigError(
+                f"{ENV_LOSS_CHUNK} is not supported with the zero3 strategy (ZeRO-3 gathers the LM head's "
+                "weight only inside the head's own forward); use ddp or fsdp, or unset it"
+            )
+        model = ChunkedLossModel(model, ctx.loss_chunk_tokens)  # the loss inside the wrapped forward
+    # Before any wrapper: FSDP2's and DeepSpeed's hooks then sit outside the compiled blocks.
+    loss_fn = compiled_loss_fn(model, ctx.compile, chunked)
+    zero3: Zero3 | None = None
     if strategy == ParallelismStrategy.ZERO3:
         world_size = ctx.dist.world_size
         config = deepspeed_config(
@@ -576,7 +591,7 @@ def train(ctx: TrainContext) -> FinetuneOutcome:
         ctx.metrics.on_step(step_batch.step, total_steps, loss, tps, mfu)
         every = training.eval_every_steps
         if every and step_batch.step % every == 0 and step_batch.step < total_steps:
-            value = evaluate(model, ctx, config, attn, device, dist, autocast)
+            value = evaluate(model, ctx, config, attn, device, dist, autocast, chunked)
             if value is not None:
                 evals.append((step_batch.step, value))
                 ctx.metrics.on_eval(step_batch.step, value)
@@ -584,7 +599,7 @@ def train(ctx: TrainContext) -> FinetuneOutcome:
     if skipped_steps:
         notes.append(f"fp16 loss scaling skipped {skipped_steps} of {len(records)} steps on overflow")
         ctx.log(f"note: {notes[-1]}")
-    eval_loss = evaluate(model, ctx, config, attn, device, dist, autocast)
+    eval_loss = evaluate(model, ctx, config, attn, device, dist, autocast, chunked)
     if eval_loss is not None:
         evals.append((total_steps, eval_loss))
         ctx.metrics.on_eval(total_steps, eval_loss)
@@ -609,7 +624,8 @@ def train(ctx: TrainContext) -> FinetuneOutcome:
         eval_history=evals,
         peak_memory_bytes=peak_memory(device),
         memory_capacity_bytes=info.capacity_bytes,
-        versions=weights_marker(ctx.random_init) | library_versions(attn, device),  # first: kept when trimmed
+        # How the figures were made first: those entries are kept when the report is trimmed.
+        versions=weights_marker(ctx.random_init) | tuning_marker(ctx) | library_versions(attn, device),
         output_path=output_path,
         notes=notes,
         pass_at_k=pass_at_k,
