@@ -91,7 +91,6 @@ def main(argv: list[str] | None = None) -> int:
     from accelbench.workers import flops as flops_mod
     from accelbench.workers.finetune.jax_worker import step as step_mod
 
-    step_mod.LOSS_CHUNK_TOKENS = args.loss_chunk
     model, cfg_dict, shape = build(args.size, args.method, args.seq, args.layers)
     lora = args.method == "lora"
     split = step_mod.split_model(model, lora)
@@ -140,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:34s} {seconds * 1e3:9.2f} ms  ({rate}, compile {compile_s:5.1f} s)", flush=True)
 
     def ce(tr: Any, fr: Any, bt: dict[str, Any]) -> Any:
-        return step_mod._ce_of(graphdef, tr, fr, bt)[0]
+        return step_mod._ce_of(graphdef, tr, fr, bt, args.loss_chunk)[0]
 
     # 1. The worker's train step (one micro-batch, value_and_grad + clip + AdamW).
     def train_step(tr: Any, opt: Any, fr: Any, micro: Any, n: Any) -> Any:

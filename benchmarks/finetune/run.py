@@ -64,7 +64,7 @@ class Case:
     micro: int | None = None  # rows per forward/backward; None: = batch (no accumulation)
     precision: str = "bf16"  # fp16: mixed precision with a gradient scaler (the V100 path)
     rank: int = LORA_RANK  # LoRA rank (alpha = 2 × rank), all projections
-    loss_chunk: int = 0  # ACCELBENCH_LOSS_CHUNK: tokens per chunk of the LM head + loss (0: whole)
+    env: tuple[tuple[str, str], ...] = ()  # worker tuning variables (docs/README.md), e.g. the loss chunk
 
     @property
     def micro_batch(self) -> int:
@@ -160,6 +160,18 @@ CASES: list[Case] = [
         compile="layers",
         about="1B full FT, torch.compile per decoder block (vs the whole-model compile)",
     ),
+    # ACCELBENCH_JAX_REMAT=dots: checkpointed blocks keep the projections' outputs (run 18).
+    Case(
+        "27b-lora-b1-jax-dots",
+        "jax",
+        "27b",
+        "lora",
+        3072,
+        1,
+        gradient_checkpointing=True,
+        env=(("ACCELBENCH_JAX_REMAT", "dots"),),
+        about="27B-class LoRA r64, remat saving the projections' outputs",
+    ),
     Case(
         "1b-full-torch-compile-b16",
         "pytorch",
@@ -234,7 +246,7 @@ CASES: list[Case] = [
         8,
         micro=2,
         rank=16,
-        loss_chunk=1024,
+        env=(("ACCELBENCH_LOSS_CHUNK", "1024"),),
         about="as 8b-lora-r16-torch, LM head + loss 1,024 tokens at a time (no fp32 logits of 8,192)",
     ),
     Case(
@@ -270,6 +282,18 @@ CASES: list[Case] = [
         micro=1,
         gradient_checkpointing=True,
         about="Gemma-4-31B LoRA r64, grad ckpt, 8 micro-batches of 1 (the study's GPU run)",
+    ),
+    Case(
+        "31b-lora-jax-dots",
+        "jax",
+        "31b",
+        "lora",
+        3072,
+        8,
+        micro=1,
+        gradient_checkpointing=True,
+        env=(("ACCELBENCH_JAX_REMAT", "dots"),),
+        about="as 31b-lora-jax, remat saving the projections' outputs",
     ),
     Case(
         "31b-lora-jax",
@@ -379,7 +403,8 @@ def child_env(extra: dict[str, str], dry_run: bool) -> dict[str, str]:
     env.setdefault("HF_HUB_OFFLINE", "1")  # no internet on the device machine: never try the hub
     env.setdefault("TRANSFORMERS_OFFLINE", "1")
     env.pop("ACCELBENCH_COMPILE", None)
-    env.pop("ACCELBENCH_LOSS_CHUNK", None)  # set per case (Case.loss_chunk) or by --env
+    for name in ("ACCELBENCH_LOSS_CHUNK", "ACCELBENCH_JAX_REMAT"):
+        env.pop(name, None)  # set per case (Case.env) or by --env, never inherited
     env.pop(RANDOM_INIT, None)  # set per case by --weights, never inherited
     if dry_run:
         env["CUDA_VISIBLE_DEVICES"] = ""
@@ -902,8 +927,7 @@ def main(argv: list[str] | None = None) -> int:
             case_env.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.9")
         if case.compile:
             case_env["ACCELBENCH_COMPILE"] = case.compile
-        if case.loss_chunk:
-            case_env["ACCELBENCH_LOSS_CHUNK"] = str(case.loss_chunk)
+        case_env.update(case.env)
         if args.weights == "device":
             case_env[RANDOM_INIT] = "1"
         if args.profile_step:

@@ -38,3 +38,19 @@ def test_chunked_loss_and_grads_equal_unchunked(family: str) -> None:
     np.testing.assert_allclose(float(parts), float(whole), rtol=1e-6)
     for a, b in zip(jax.tree.leaves(g_parts), jax.tree.leaves(g_whole), strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+
+def test_the_worker_takes_the_chunk_from_its_run_options(tiny_models, chat_dataset) -> None:
+    """ACCELBENCH_LOSS_CHUNK as the pod's env hands it over (RunOptions.env, not this process's
+    environment): same losses as the whole-logits run, and the report says what ran."""
+    from jax_helpers import manifest, run
+
+    spec = manifest(
+        tiny_models["gemma3"], chat_dataset, "gemma3", "jax",
+        method={"type": "full"}, training={"maxSteps": 3, "learningRate": 3e-3},
+    )  # fmt: skip
+    whole = run(spec)
+    chunked = run(spec, {"ACCELBENCH_LOSS_CHUNK": "48"})
+    np.testing.assert_allclose(chunked.finetune.loss_history, whole.finetune.loss_history, rtol=1e-5)
+    assert chunked.finetune.eval_loss == pytest.approx(whole.finetune.eval_loss, rel=1e-5)
+    assert "chunks of 48 tokens" in chunked.versions["loss"] and "loss" not in whole.versions

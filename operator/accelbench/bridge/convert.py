@@ -61,11 +61,14 @@ def load_hf(
     param_dtype: jnp.dtype = jnp.float32,
     dtype: jnp.dtype = jnp.float32,
     remat: bool = False,
+    remat_policy: str = "full",
     place: Placer = default_placer,
 ) -> LoadedModel:
     """Build the NNX model for a Hugging Face directory without ever allocating random weights."""
     cfg = load_config(model_dir)
-    abstract = abstract_model(cfg, param_dtype=param_dtype, dtype=dtype, remat=remat)
+    abstract = abstract_model(
+        cfg, param_dtype=param_dtype, dtype=dtype, remat=remat, remat_policy=remat_policy
+    )
     graphdef, state = nnx.split(abstract)
     flat = nnx.to_flat_state(state)
     with TensorReader(model_dir) as reader:

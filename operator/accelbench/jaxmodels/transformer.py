@@ -11,7 +11,8 @@ Tree layout (nnx paths):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax.numpy as jnp
 from flax import nnx
@@ -56,6 +57,7 @@ class Transformer(nnx.Module):
         param_dtype: jnp.dtype = jnp.float32,
         dtype: jnp.dtype = jnp.bfloat16,
         remat: bool = False,
+        remat_policy: str = "full",
         segment_masks: bool = True,
     ) -> None:
         # Only hashable scalars as static attributes (jit caches on the graph definition).
@@ -66,6 +68,9 @@ class Transformer(nnx.Module):
         self.final_softcap = cfg.final_softcap
         self.dtype = dtype
         self.remat = remat
+        if remat_policy not in REMAT_POLICIES:
+            raise ValueError(f"remat_policy {remat_policy!r} is not one of {', '.join(REMAT_POLICIES)}")
+        self.remat_policy = remat_policy
         self.embedder = Embedder(cfg, rngs=rngs, param_dtype=param_dtype)
         self.layers = nnx.List(
             [Block(cfg, kind, rngs=rngs, param_dtype=param_dtype, dtype=dtype) for kind in cfg.layer_types]
@@ -101,7 +106,10 @@ class Transformer(nnx.Module):
         masks = self._masks(segment_ids)
         for block in self.layers:
             mask = masks[block.attn.window]
-            x = _checkpointed(block, x, positions, mask) if self.remat else block(x, positions, mask)
+            if self.remat:
+                x = _checkpointed(block, x, positions, mask, REMAT_POLICIES[self.remat_policy])
+            else:
+                x = block(x, positions, mask)
         return self.final_norm(x)
 
     def _masks(self, segment_ids: jax.Array) -> dict[int | None, jax.Array | None]:
@@ -154,8 +162,26 @@ class Transformer(nnx.Module):
         return self.logits(self.hidden_states(input_ids, positions, segment_ids))
 
 
-def _checkpointed(block: Block, x: jax.Array, positions: jax.Array, mask: jax.Array | None) -> jax.Array:
-    """Run a block under jax.checkpoint: its activations are recomputed in the backward pass.
+# What a checkpointed block keeps for its backward pass (ENV_JAX_REMAT). "full": nothing, the whole
+# forward runs again (the least memory; for LoRA, 6N of work per token where 4N is credited).
+# "dots": the outputs of matmuls without batch dimensions (the projections, LoRA's included) are
+# saved, so only attention and the elementwise work run again, for about 2 bytes × the projections'
+# output widths per token and layer more memory.
+REMAT_POLICIES: dict[str, Callable[..., Any] | None] = {
+    "full": None,
+    "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
+
+
+def _checkpointed(
+    block: Block,
+    x: jax.Array,
+    positions: jax.Array,
+    mask: jax.Array | None,
+    policy: Callable[..., Any] | None = None,
+) -> jax.Array:
+    """Run a block under jax.checkpoint: its activations (but what `policy` saves) are recomputed
+    in the backward pass.
 
     A pure function of the block's state (blocks mutate nothing), rather than nnx.remat, which
     tries to write state back and fails when the adapters and the frozen base come from different
@@ -166,7 +192,7 @@ def _checkpointed(block: Block, x: jax.Array, positions: jax.Array, mask: jax.Ar
     def run(state: nnx.State, h: jax.Array, p: jax.Array, m: jax.Array | None) -> jax.Array:
         return nnx.merge(graphdef, state)(h, p, m)
 
-    return jax.checkpoint(run)(state, x, positions, mask)
+    return jax.checkpoint(run, policy=policy)(state, x, positions, mask)
 
 
 def abstract_model(cfg: ModelConfig, **kwargs: object) -> Transformer:

@@ -29,6 +29,7 @@ from ...api import FinetuneJob, Framework, MethodType, Task, WorkerReport
 from ...api.contract import (
     ENV_COMPILE,
     ENV_COMPLETION_INDEX,
+    ENV_JAX_REMAT,
     ENV_JOB,
     ENV_LOCAL_RANK,
     ENV_LORA_AUTOCAST,
@@ -57,7 +58,7 @@ from ..report import (
     termination_log_path,
     write_report,
 )
-from . import FinetuneOutcome, MetricsSink, TrainContext, compile_mode, loss_chunk_tokens
+from . import FinetuneOutcome, MetricsSink, TrainContext, compile_mode, loss_chunk_tokens, remat_policy
 from .passk import PassAtKTask, load_task
 
 REPORT_FILE = "report.json"  # the full WorkerReport beside the outputs in object storage
@@ -188,6 +189,7 @@ def build_context(
         warmup_steps_excluded=1 if data.total_steps > 1 else 0,
         compile=compile_mode(options.env.get(ENV_COMPILE)),
         loss_chunk_tokens=loss_chunk_tokens(options.env.get(ENV_LOSS_CHUNK)),
+        remat_policy=remat_policy(options.env.get(ENV_JAX_REMAT)),
         lora_autocast=options.env.get(ENV_LORA_AUTOCAST, "1") != "0",
         random_init=random_init,
         log=options.log or _stderr,

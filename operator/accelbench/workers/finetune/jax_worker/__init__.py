@@ -37,6 +37,7 @@ from .. import (
     StepRecord,
     TrainContext,
     missing_weights,
+    tuning_marker,
     weights_marker,
 )
 from .mesh import (
@@ -85,6 +86,7 @@ def random_model(ctx: TrainContext, mesh: Mesh) -> LoadedModel:
             param_dtype=param_dtype,
             dtype=dtype,
             remat=spec.training.gradient_checkpointing,
+            remat_policy=ctx.remat_policy,
         )
     if mesh.devices.size > 1:
         place = sharded_placer(param_sharding(mesh))
@@ -109,6 +111,7 @@ def load_model(ctx: TrainContext, mesh: Mesh) -> LoadedModel:
                 param_dtype=param_dtype,
                 dtype=dtype,
                 remat=spec.training.gradient_checkpointing,
+                remat_policy=ctx.remat_policy,
                 place=sharded_placer(param_sharding(mesh)),
             )
         except FileNotFoundError as exc:  # no safetensors (a config-only dir): the input, not a crash
@@ -285,8 +288,8 @@ def train(ctx: TrainContext) -> FinetuneOutcome:
     # Eager init: the moments inherit each parameter's sharding (a jitted init puts them on one device).
     opt_state = _on_mesh(tx.init(split.trainable), mesh, replicated)
     shardings = (_shardings(split.trainable), _shardings(opt_state), replicated)
-    train_step = make_train_step(split.graphdef, tx, shardings)
-    eval_step = make_eval_step(split.graphdef)
+    train_step = make_train_step(split.graphdef, tx, shardings, ctx.loss_chunk_tokens)
+    eval_step = make_eval_step(split.graphdef, ctx.loss_chunk_tokens)
     feeder = BatchFeeder(ctx, mesh)
     setup_seconds = time.perf_counter() - started
 
@@ -346,7 +349,8 @@ def train(ctx: TrainContext) -> FinetuneOutcome:
         eval_history=evals,
         peak_memory_bytes=peak,
         memory_capacity_bytes=capacity,
-        versions=weights_marker(ctx.random_init) | versions(),  # first: kept when trimmed
+        # How the figures were made first: those entries are kept when the report is trimmed.
+        versions=weights_marker(ctx.random_init) | tuning_marker(ctx) | versions(),
         output_path=output_path,
         notes=notes,
         pass_at_k=pass_at_k,

@@ -7,7 +7,6 @@ ordinary (non-donated) argument of the step; full fine-tuning trains every `nnx.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +18,6 @@ from flax import nnx
 
 import jax
 
-from ....api.contract import ENV_LOSS_CHUNK
 from ....jaxmodels import Transformer
 from .. import ADAM_BETAS, ADAM_EPS, MAX_GRAD_NORM, learning_rate_at
 
@@ -84,18 +82,23 @@ def split_model(model: Transformer, lora: bool) -> Split:
     return Split(graphdef, trainable, frozen)
 
 
-def _ce_of(graphdef: nnx.GraphDef, trainable: nnx.State, frozen: nnx.State, batch: dict[str, jax.Array]):
+def _ce_of(
+    graphdef: nnx.GraphDef,
+    trainable: nnx.State,
+    frozen: nnx.State,
+    batch: dict[str, jax.Array],
+    loss_chunk: int = 0,
+) -> tuple[jax.Array, jax.Array]:
+    """(sum(ce·mask), sum(mask)) of one micro-batch; `loss_chunk`: TrainContext.loss_chunk_tokens.
+
+    Chunking is opt-in: full fp32 logits over a 262k vocabulary are 8 × 2048 × 262k × 4 B ≈ 17 GB
+    per micro-batch, and chunks of 512 cut the 1B full fine-tune's peak from 84.7 to 66.1 GB on an
+    H200 but cost 2-5 % tokens/s (the logits are recomputed in the backward pass; benchmarks/finetune,
+    results/loss-chunked): for batches or models that do not fit otherwise.
+    """
     model = nnx.merge(graphdef, trainable, frozen)
     hidden = model.hidden_states(*(batch[k] for k in MODEL_INPUTS))
-    return chunked_ce_sum(model, hidden, batch["targets"], batch["loss_mask"], LOSS_CHUNK_TOKENS)
-
-
-# Tokens per row whose logits exist at once (0: all). Full fp32 logits over a 262k vocabulary are
-# 8 × 2048 × 262k × 4 B ≈ 17 GB per micro-batch. Measured on an H200 (benchmarks/finetune,
-# results/loss-chunked): chunks of 512 cut the 1B full fine-tune's peak from 84.7 to 66.1 GB but
-# cost 2-5 % tokens/s (the logits are recomputed in the backward pass), so it is opt-in: for
-# batches or models that do not fit otherwise.
-LOSS_CHUNK_TOKENS = int(os.environ.get(ENV_LOSS_CHUNK, "0"))
+    return chunked_ce_sum(model, hidden, batch["targets"], batch["loss_mask"], loss_chunk)
 
 
 def chunked_ce_sum(
@@ -134,7 +137,10 @@ def chunked_ce_sum(
 
 
 def make_train_step(
-    graphdef: nnx.GraphDef, tx: optax.GradientTransformation, state_shardings: tuple[Any, Any, Any]
+    graphdef: nnx.GraphDef,
+    tx: optax.GradientTransformation,
+    state_shardings: tuple[Any, Any, Any],
+    loss_chunk: int = 0,
 ) -> Callable[..., Any]:
     """step(trainable, opt_state, frozen, micro, global_tokens) -> (trainable, opt_state, loss).
 
@@ -147,7 +153,7 @@ def make_train_step(
     """
 
     def ce_sum(trainable: nnx.State, frozen: nnx.State, batch: dict[str, jax.Array]) -> jax.Array:
-        return _ce_of(graphdef, trainable, frozen, batch)[0]
+        return _ce_of(graphdef, trainable, frozen, batch, loss_chunk)[0]
 
     grad_fn = jax.value_and_grad(ce_sum)
 
@@ -166,8 +172,8 @@ def make_train_step(
     return jax.jit(step, donate_argnums=(0, 1), out_shardings=state_shardings)
 
 
-def make_eval_step(graphdef: nnx.GraphDef) -> Callable[..., Any]:
+def make_eval_step(graphdef: nnx.GraphDef, loss_chunk: int = 0) -> Callable[..., Any]:
     def step(trainable, frozen, batch):
-        return _ce_of(graphdef, trainable, frozen, batch)
+        return _ce_of(graphdef, trainable, frozen, batch, loss_chunk)
 
     return jax.jit(step)
