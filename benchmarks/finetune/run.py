@@ -160,7 +160,7 @@ CASES: list[Case] = [
         compile="layers",
         about="1B full FT, torch.compile per decoder block (vs the whole-model compile)",
     ),
-    # ACCELBENCH_JAX_REMAT=dots: checkpointed blocks keep the projections' outputs (run 18).
+    # ACCELBENCH_REMAT=dots: checkpointed blocks keep the projections' outputs (run 18).
     Case(
         "27b-lora-b1-jax-dots",
         "jax",
@@ -169,8 +169,19 @@ CASES: list[Case] = [
         3072,
         1,
         gradient_checkpointing=True,
-        env=(("ACCELBENCH_JAX_REMAT", "dots"),),
+        env=(("ACCELBENCH_REMAT", "dots"),),
         about="27B-class LoRA r64, remat saving the projections' outputs",
+    ),
+    Case(
+        "27b-lora-b1-torch-dots",
+        "pytorch",
+        "27b",
+        "lora",
+        3072,
+        1,
+        gradient_checkpointing=True,
+        env=(("ACCELBENCH_REMAT", "dots"),),
+        about="27B-class LoRA r64, selective checkpointing saving the projections' outputs",
     ),
     Case(
         "1b-full-torch-compile-b16",
@@ -292,7 +303,7 @@ CASES: list[Case] = [
         8,
         micro=1,
         gradient_checkpointing=True,
-        env=(("ACCELBENCH_JAX_REMAT", "dots"),),
+        env=(("ACCELBENCH_REMAT", "dots"),),
         about="as 31b-lora-jax, remat saving the projections' outputs",
     ),
     Case(
@@ -403,7 +414,7 @@ def child_env(extra: dict[str, str], dry_run: bool) -> dict[str, str]:
     env.setdefault("HF_HUB_OFFLINE", "1")  # no internet on the device machine: never try the hub
     env.setdefault("TRANSFORMERS_OFFLINE", "1")
     env.pop("ACCELBENCH_COMPILE", None)
-    for name in ("ACCELBENCH_LOSS_CHUNK", "ACCELBENCH_JAX_REMAT"):
+    for name in ("ACCELBENCH_LOSS_CHUNK", "ACCELBENCH_REMAT"):
         env.pop(name, None)  # set per case (Case.env) or by --env, never inherited
     env.pop(RANDOM_INIT, None)  # set per case by --weights, never inherited
     if dry_run:

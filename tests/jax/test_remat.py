@@ -1,4 +1,4 @@
-"""What a checkpointed block saves for its backward pass (ACCELBENCH_JAX_REMAT): "dots" keeps the
+"""What a checkpointed block saves for its backward pass (ACCELBENCH_REMAT): "dots" keeps the
 projections' outputs, so the backward pass runs fewer matmuls than under "full" recomputation, with
 the same loss and gradients; and the worker takes the policy from its run options."""
 
@@ -63,6 +63,6 @@ def test_the_worker_takes_the_policy_from_its_run_options(tiny_models, chat_data
         training={"maxSteps": 3, "learningRate": 1e-2, "gradientCheckpointing": True},
     )  # fmt: skip
     full = run(spec)
-    dots = run(spec, {"ACCELBENCH_JAX_REMAT": "dots"})
+    dots = run(spec, {"ACCELBENCH_REMAT": "dots"})
     np.testing.assert_allclose(dots.finetune.loss_history, full.finetune.loss_history, rtol=1e-5)
     assert dots.versions["remat"].startswith("jax.checkpoint saves dots") and "remat" not in full.versions

@@ -111,7 +111,7 @@ ENV_LOCAL_WORLD_SIZE = "LOCAL_WORLD_SIZE"
 ENV_COMPILE = "ACCELBENCH_COMPILE"  # PyTorch: "1"/"model" whole forward + loss, "layers" each block
 ENV_TORCH_ATTENTION = "ACCELBENCH_TORCH_ATTENTION"  # force a transformers attention implementation
 ENV_JAX_ATTENTION = "ACCELBENCH_JAX_ATTENTION"  # einsum | xla | cudnn | auto
-ENV_JAX_REMAT = "ACCELBENCH_JAX_REMAT"  # full | dots: what a checkpointed JAX block saves
+ENV_REMAT = "ACCELBENCH_REMAT"  # full | dots: what a checkpointed block saves (both frameworks)
 # Gaudi (spec.gaudi): render writes them; Habana's PyTorch bridge reads the first, the worker the second.
 ENV_HPU_LAZY_MODE = "PT_HPU_LAZY_MODE"
 ENV_HPU_GRAPHS = "ACCELBENCH_HPU_GRAPHS"

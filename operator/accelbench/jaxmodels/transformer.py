@@ -162,7 +162,7 @@ class Transformer(nnx.Module):
         return self.logits(self.hidden_states(input_ids, positions, segment_ids))
 
 
-# What a checkpointed block keeps for its backward pass (ENV_JAX_REMAT). "full": nothing, the whole
+# What a checkpointed block keeps for its backward pass (ENV_REMAT). "full": nothing, the whole
 # forward runs again (the least memory; for LoRA, 6N of work per token where 4N is credited).
 # "dots": the outputs of matmuls without batch dimensions (the projections, LoRA's included) are
 # saved, so only attention and the elementwise work run again, for about 2 bytes × the projections'

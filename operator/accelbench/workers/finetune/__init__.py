@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from ...api import FinetuneJob, Framework
-from ...api.contract import ENV_COMPILE, ENV_JAX_REMAT, ENV_LOSS_CHUNK, ENV_RANDOM_INIT
+from ...api.contract import ENV_COMPILE, ENV_LOSS_CHUNK, ENV_RANDOM_INIT, ENV_REMAT
 from ...api.payload import WorkerPlan
 from ...api.status import PassAtKResults
 from .. import InvalidConfigError
@@ -81,11 +81,13 @@ def compile_mode(value: str | None) -> CompileMode:
 
 
 def remat_policy(value: str | None) -> str:
-    """ENV_JAX_REMAT's value: what a checkpointed JAX block saves (jaxmodels.transformer.REMAT_POLICIES:
-    "full" recomputes the whole block, "dots" keeps the projections' outputs); unset = "full"."""
+    """ENV_REMAT's value: what a checkpointed block keeps for its backward pass when
+    gradientCheckpointing is on. "full" (unset): nothing, the block's forward runs again. "dots":
+    the outputs of the projections' matmuls (JAX: jaxmodels.transformer.REMAT_POLICIES; PyTorch:
+    torch_worker.checkpointing_kwargs), so only attention and elementwise work are recomputed."""
     text = (value or "").strip().lower() or "full"
     if text not in ("full", "dots"):
-        raise InvalidConfigError(f"{ENV_JAX_REMAT}={value!r}: expected full or dots")
+        raise InvalidConfigError(f"{ENV_REMAT}={value!r}: expected full or dots")
     return text
 
 
@@ -132,7 +134,7 @@ class TrainContext:
     output_dir: Path | None = None  # local path to write weights to; None = do not save
     warmup_steps_excluded: int = 1  # steps left out of tokens/s (compilation, allocator warm-up)
     compile: CompileMode = CompileMode.OFF  # ENV_COMPILE: torch.compile (JAX always jits)
-    remat_policy: str = "full"  # ENV_JAX_REMAT: what a checkpointed JAX block saves (full | dots)
+    remat_policy: str = "full"  # ENV_REMAT: what a checkpointed block saves (full | dots)
     loss_chunk_tokens: int = 0  # ENV_LOSS_CHUNK: the LM head + loss this many tokens at a time (0: all)
     lora_autocast: bool = True  # ENV_LORA_AUTOCAST=0: bf16 LoRA without autocast (benchmark A/B)
     random_init: bool = False  # ENV_RANDOM_INIT=1: random weights on the device (benchmarks only)
@@ -184,16 +186,13 @@ def weights_marker(random_init: bool) -> dict[str, str]:
 
 def tuning_marker(ctx: TrainContext) -> dict[str, str]:
     """Entries for the report's versions map naming the tuning a run took (ENV_COMPILE for PyTorch,
-    ENV_LOSS_CHUNK), so a figure in status says how it was made; empty when none was set."""
+    ENV_REMAT, ENV_LOSS_CHUNK), so a figure in status says how it was made; empty when none was set."""
     marker: dict[str, str] = {}
     if ctx.compile != CompileMode.OFF and ctx.plan.framework == Framework.PYTORCH:
         marker["compile"] = f"torch.compile {ctx.compile.value} ({ENV_COMPILE})"
-    if (
-        ctx.remat_policy != "full"
-        and ctx.plan.framework == Framework.JAX
-        and ctx.job.spec.training.gradient_checkpointing
-    ):
-        marker["remat"] = f"jax.checkpoint saves {ctx.remat_policy} ({ENV_JAX_REMAT})"
+    if ctx.remat_policy != "full" and ctx.job.spec.training.gradient_checkpointing:
+        how = "jax.checkpoint" if ctx.plan.framework == Framework.JAX else "selective checkpointing"
+        marker["remat"] = f"{how} saves {ctx.remat_policy} ({ENV_REMAT})"
     if ctx.loss_chunk_tokens:
         marker["loss"] = (
             f"LM head + cross-entropy in chunks of {ctx.loss_chunk_tokens} tokens ({ENV_LOSS_CHUNK})"

@@ -29,7 +29,6 @@ from ...api import FinetuneJob, Framework, MethodType, Task, WorkerReport
 from ...api.contract import (
     ENV_COMPILE,
     ENV_COMPLETION_INDEX,
-    ENV_JAX_REMAT,
     ENV_JOB,
     ENV_LOCAL_RANK,
     ENV_LORA_AUTOCAST,
@@ -41,6 +40,7 @@ from ...api.contract import (
     ENV_NPROC_PER_NODE,
     ENV_RANDOM_INIT,
     ENV_RANK,
+    ENV_REMAT,
     ExitCode,
 )
 from ...api.payload import WorkerPlan
@@ -189,7 +189,7 @@ def build_context(
         warmup_steps_excluded=1 if data.total_steps > 1 else 0,
         compile=compile_mode(options.env.get(ENV_COMPILE)),
         loss_chunk_tokens=loss_chunk_tokens(options.env.get(ENV_LOSS_CHUNK)),
-        remat_policy=remat_policy(options.env.get(ENV_JAX_REMAT)),
+        remat_policy=remat_policy(options.env.get(ENV_REMAT)),
         lora_autocast=options.env.get(ENV_LORA_AUTOCAST, "1") != "0",
         random_init=random_init,
         log=options.log or _stderr,

@@ -13,6 +13,7 @@ windows and packed rows) is the flashAttention default; see choose_attention.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import os
 import platform
@@ -213,6 +214,29 @@ def apply_lora(model: torch.nn.Module, ctx: TrainContext) -> torch.nn.Module:
         task_type="CAUSAL_LM",
     )
     return get_peft_model(model, config)
+
+
+# Matmuls whose outputs a "dots" checkpoint keeps: the projections (nn.Linear on [tokens, features]
+# lowers to mm/addmm). Batched matmuls (attention's, when not in a fused kernel) are recomputed.
+SAVED_UNDER_DOTS = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default)
+
+
+def checkpointing_kwargs(policy: str) -> dict[str, Any]:
+    """torch.utils.checkpoint arguments for the remat policy (finetune.remat_policy).
+
+    Non-reentrant always: it works with frozen inputs (LoRA) and with FSDP2. "dots" adds selective
+    activation checkpointing: the projections' outputs are saved in the forward pass and only the
+    rest of the block runs again in the backward pass (the JAX worker's "dots" policy).
+    """
+    kwargs: dict[str, Any] = {"use_reentrant": False}
+    if policy == "dots":
+        from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+        def keep_projections(ctx: Any, op: Any, *args: Any, **kw: Any) -> CheckpointPolicy:
+            return CheckpointPolicy.MUST_SAVE if op in SAVED_UNDER_DOTS else CheckpointPolicy.PREFER_RECOMPUTE
+
+        kwargs["context_fn"] = functools.partial(create_selective_checkpoint_contexts, keep_projections)
+    return kwargs
 
 
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -486,8 +510,9 @@ def train(ctx: TrainContext) -> FinetuneOutcome:
             f"the tokenizer has {ctx.data.vocab_size} tokens, the model's embedding only {config.vocab_size}"
         )
     if training.gradient_checkpointing:
-        # Non-reentrant checkpointing works with frozen inputs (LoRA) and with FSDP2.
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.gradient_checkpointing_enable(
+            gradient_checkpointing_kwargs=checkpointing_kwargs(ctx.remat_policy)
+        )
     if lora:
         model = apply_lora(model, ctx)
     model.to(device)
