@@ -18,6 +18,7 @@ import sys
 import time
 import traceback
 import types
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -345,7 +346,7 @@ class StepLog:
     `after_step` runs at the end of every step (the profiler's step boundary)."""
 
     steps: list[dict[str, Any]] = field(default_factory=list)
-    after_step: Any = None
+    after_step: Callable[[], None] | None = None
 
     def on_step(
         self, step: int, total_steps: int, loss: float, tokens_per_second: float | None, mfu: float | None

@@ -329,16 +329,22 @@ def forward_ce(
 LossFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 
 
+def eager_loss_fn(chunked: bool) -> LossFn:
+    """forward_ce, or forward_chunked when the model is a torch_loss.ChunkedLossModel."""
+    return forward_chunked if chunked else forward_ce
+
+
 def compiled_loss_fn(model: torch.nn.Module, mode: CompileMode, chunked: bool = False) -> LossFn:
     """The training loss function under `mode` (see CompileMode), compiling what it names; `chunked`:
     the model is a torch_loss.ChunkedLossModel, called as such.
 
     LAYERS compiles each decoder block in place (`Module.compile`), inside the checkpoint wrapper
     transformers puts around a block, so a recomputation reruns the compiled code; parameters are
-    the graph's inputs, so blocks with the same code share one compile. Eval stays eager under
-    MODEL: it runs a few times, and in no_grad mode it would be a second whole-model compile.
+    the graph's inputs, so blocks with the same code share one compile (and eval, in no_grad mode,
+    one more). MODEL compiles only the training function: eval calls eager_loss_fn, since it runs a
+    few times and in no_grad mode it would be a second whole-model compile.
     """
-    plain: LossFn = forward_chunked if chunked else forward_ce
+    plain = eager_loss_fn(chunked)
     if mode == CompileMode.MODEL:
         return torch.compile(plain)
     if mode == CompileMode.LAYERS:
@@ -465,9 +471,10 @@ def evaluate(
     autocast: torch.dtype | None = None,
     chunked: bool = False,
 ) -> float | None:
-    """Mean held-out loss, eager (see compiled_loss_fn); `chunked`: model is a ChunkedLossModel."""
+    """Mean held-out loss through eager_loss_fn (blocks compiled in place by ENV_COMPILE=layers stay
+    compiled); `chunked`: the model is a ChunkedLossModel."""
     data = ctx.data
-    loss_fn = forward_chunked if chunked else forward_ce
+    loss_fn = eager_loss_fn(chunked)
     if len(data.held_out) == 0:
         return None
     model.eval()
