@@ -8,6 +8,8 @@ import asyncio
 import copy
 import json
 import math
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,7 @@ from accelbench.workers.bench.calibration import (
     calibrate,
     delivered,
     limited_rates,
+    null_server,
     overhead,
     point,
 )
@@ -82,3 +85,58 @@ def test_a_run_with_open_loop_rates_reports_its_calibration_and_marks_its_cells(
     assert opened and all(c.client_limited is limited for c in opened)
     assert closed and all(c.client_limited is None for c in closed)  # closed loop has no schedule
     assert json.loads(out.read_text())["clientOverhead"]["points"][0]["requestRate"] == 5.0
+
+
+def _fake_python(tmp_path: Path, script: str) -> str:
+    path = tmp_path / "python"
+    path.write_text(f"#!/bin/sh\n{script}\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_a_null_server_that_cannot_start_fails_calibration_saying_how(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its exit code and the last line it wrote to stderr reach the error (and so the report)."""
+    monkeypatch.setattr(sys, "executable", _fake_python(tmp_path, "echo 'no module named x' >&2; exit 3"))
+
+    async def go() -> None:
+        async with null_server(timeout_s=30):
+            pass
+
+    with pytest.raises(RuntimeError, match=r"did not start \(exit 3; stderr: no module named x\)"):
+        asyncio.run(go())
+
+
+def test_a_null_server_that_never_listens_is_given_up_on_and_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pidfile = tmp_path / "pid"
+    monkeypatch.setattr(sys, "executable", _fake_python(tmp_path, f"echo $$ > {pidfile}; exec sleep 60"))
+
+    async def go() -> None:
+        async with null_server(timeout_s=1):
+            pass
+
+    with pytest.raises(RuntimeError, match=r"did not start \(not listening after 1 s"):
+        asyncio.run(go())
+    pid = int(pidfile.read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # reaped, not left running
+
+
+def test_the_null_server_announces_the_port_the_kernel_gave_it() -> None:
+    """`--port 0`: the port comes from the server once it listens (no port picked in advance that
+    another process could take first); two processes share it."""
+
+    async def go() -> bytes:
+        async with null_server(processes=2) as url:
+            host, port = url.removeprefix("http://").split(":")
+            reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+            await writer.drain()
+            head = await reader.readuntil(b"\r\n\r\n")
+            writer.close()
+            return head
+
+    assert asyncio.run(go()).startswith(b"HTTP/1.1 200 OK")

@@ -15,13 +15,13 @@ import contextlib
 import dataclasses
 import logging
 import math
-import socket
 import subprocess
 import sys
-import time
+import tempfile
 from collections.abc import AsyncIterator, Sequence
 
 from ...api.status import ClientCalibrationPoint, ClientOverhead
+from . import nullserver
 from .records import RequestRecord, request_metrics
 from .runner import Runner
 from .stats import delivered_fraction, summarize
@@ -74,40 +74,42 @@ def limited_rates(result: ClientOverhead) -> set[float]:
     }
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+NULL_SERVER_START_S = 120.0  # a python start and import on a busy pod (2 shared vCPUs) can take long
 
 
 @contextlib.asynccontextmanager
-async def null_server(processes: int = 1, timeout_s: float = 20.0) -> AsyncIterator[str]:
-    """The null server in its own process(es) (never on the client's event loop); its URL."""
-    port = _free_port()
-    command = [sys.executable, "-m", "accelbench.workers.bench.nullserver", "--port", str(port)]
-    proc = subprocess.Popen(
-        [*command, "--processes", str(processes)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                _, writer = await asyncio.open_connection("127.0.0.1", port)
-                writer.close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"the null server did not start (exit {proc.poll()})") from None
-                await asyncio.sleep(0.05)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
+async def null_server(processes: int = 1, timeout_s: float = NULL_SERVER_START_S) -> AsyncIterator[str]:
+    """The null server in its own process(es) (never on the client's event loop); its URL. The
+    server picks its port and announces it once listening: no port chosen here that another
+    process could take first, no polling."""
+    command = [sys.executable, "-m", "accelbench.workers.bench.nullserver", "--port", "0"]
+    with tempfile.TemporaryFile() as stderr:
+        proc = subprocess.Popen(
+            [*command, "--processes", str(processes)], stdout=subprocess.PIPE, stderr=stderr
+        )
+        announced = proc.stdout
+        assert announced is not None
         try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+            try:
+                line = await asyncio.wait_for(asyncio.to_thread(announced.readline), timeout_s)
+            except TimeoutError:
+                line = b""
+            word, _, port = line.decode(errors="replace").partition(" ")
+            if word != nullserver.LISTENING:
+                stderr.seek(0)
+                said = stderr.read().decode(errors="replace").strip().splitlines()[-1:] or ["nothing"]
+                code = proc.poll()
+                state = f"exit {code}" if code is not None else f"not listening after {timeout_s:.0f} s"
+                raise RuntimeError(f"the null server did not start ({state}; stderr: {said[0][:300]})")
+            yield f"http://127.0.0.1:{int(port)}"
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            announced.close()
 
 
 async def calibrate(

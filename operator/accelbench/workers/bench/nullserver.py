@@ -8,6 +8,10 @@ measures clients against it. Runs in its own process(es):
 
     python -m accelbench.workers.bench.nullserver --port 8150 [--processes 4]
 
+`--port 0` takes a port the kernel picks. Either way the first line on stdout, `listening <port>`,
+is written once the port listens, so a parent waits for that line instead of polling a port it
+picked in advance (which another process may take before the server binds it).
+
 One process answers ~4,600 req/s of 64-token streams; with --processes N, N processes listen on
 the port with SO_REUSEPORT and the kernel spreads connections over them.
 """
@@ -22,6 +26,7 @@ import json
 import os
 import re
 import signal
+import socket
 import sys
 
 _TOKEN = b'data: {"id":"z","object":"text_completion","model":"zero","choices":[{"index":0,"text":" a"}]}\n\n'
@@ -75,9 +80,23 @@ class Http(asyncio.Protocol):
         self.t.write(_chunk(usage) + _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
 
 
-async def serve(port: int, reuse_port: bool = False) -> None:
-    loop = asyncio.get_running_loop()
-    server = await loop.create_server(Http, "127.0.0.1", port, backlog=4096, reuse_port=reuse_port)
+LISTENING = "listening"  # the first stdout line: `listening <port>`
+
+
+def listen(port: int, reuse_port: bool) -> socket.socket:
+    """A listening socket on 127.0.0.1 (`port` 0: one the kernel picks); with `reuse_port`, other
+    processes may listen on the same port and the kernel spreads connections over them."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind(("127.0.0.1", port))
+    sock.listen(4096)
+    return sock
+
+
+async def serve(sock: socket.socket) -> None:
+    server = await asyncio.get_running_loop().create_server(Http, sock=sock)
     async with server:
         await server.serve_forever()
 
@@ -90,17 +109,22 @@ def _die_with_parent() -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(prog="python -m accelbench.workers.bench.nullserver")
-    p.add_argument("--port", type=int, default=8150)
+    p.add_argument("--port", type=int, default=8150, help="0: a free port the kernel picks")
     p.add_argument("--processes", type=int, default=1, help="processes sharing the port (SO_REUSEPORT)")
     args = p.parse_args()
     many = args.processes > 1
+    first = listen(args.port, reuse_port=many)
+    port = first.getsockname()[1]
     children = []
     for _ in range(args.processes - 1):  # forked before any event loop exists
+        sock = listen(port, reuse_port=True)  # bound before the port is announced
         pid = os.fork()
         if pid == 0:
             _die_with_parent()
-            asyncio.run(serve(args.port, reuse_port=True))
+            first.close()
+            asyncio.run(serve(sock))
             os._exit(0)
+        sock.close()
         children.append(pid)
 
     def stop(signum: int, frame: object) -> None:
@@ -110,8 +134,9 @@ def main() -> None:
         sys.exit(0)
 
     signal.signal(signal.SIGTERM, stop)
+    print(f"{LISTENING} {port}", flush=True)
     try:
-        asyncio.run(serve(args.port, reuse_port=many))
+        asyncio.run(serve(first))
     except KeyboardInterrupt:
         stop(signal.SIGINT, None)
 
