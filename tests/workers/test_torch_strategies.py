@@ -125,9 +125,30 @@ def test_the_chunked_loss_under_ddp_and_fsdp_agrees_with_one_process(
     single, code = run_job(parse_job_payload(manifest), QUIET)
     assert code == 0, single.error
     monkeypatch.setenv("ACCELBENCH_LOSS_CHUNK", "48")
-    ft = run_as_the_pod(manifest, two_process_plan(strategy), tmp_path).finetune
+    report = run_as_the_pod(manifest, two_process_plan(strategy), tmp_path)
+    assert "chunks of 48 tokens" in report.versions["loss"], report.versions  # the chunked path ran
+    ft = report.finetune
     assert ft.loss_history[0] == pytest.approx(single.finetune.loss_history[0], rel=1e-5)
     assert ft.loss_history[1] == pytest.approx(single.finetune.loss_history[1], rel=1e-4)
+
+
+def test_blocks_compiled_before_fsdp2_shards_them_train_as_one_eager_process(
+    manifest_for, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ACCELBENCH_COMPILE=layers under FSDP2 on two processes: each decoder block is compiled in
+    place and then sharded (torchtitan's order), and the checkpointed LoRA steps agree with one
+    eager process: the compiled blocks gather their shards and reduce their gradients."""
+    training = {"maxSteps": 2, "learningRate": 3e-3, "precision": "fp32", "gradientCheckpointing": True}
+    manifest = manifest_for("llama", method={"type": "lora", "rank": 8}, training=training)
+    single, code = run_job(parse_job_payload(manifest), QUIET)
+    assert code == 0, single.error
+    monkeypatch.setenv("ACCELBENCH_COMPILE", "layers")
+    report = run_as_the_pod(manifest, two_process_plan("fsdp"), tmp_path)
+    assert report.versions["compile"].startswith("torch.compile layers"), report.versions
+    ft = report.finetune
+    assert ft.loss_history[0] == pytest.approx(single.finetune.loss_history[0], rel=1e-5)
+    assert ft.loss_history[1] == pytest.approx(single.finetune.loss_history[1], rel=1e-4)
+    assert ft.loss_history[1] != ft.loss_history[0]
 
 
 def test_the_chunked_loss_is_refused_under_zero3_with_the_reason(
