@@ -26,7 +26,6 @@ import json
 import os
 import platform
 import shlex
-import socket
 import subprocess
 import sys
 import tempfile
@@ -74,12 +73,6 @@ def make_tokenizer(directory: Path) -> str:
     code = "import sys; from accelbench.workers.testing import make_tiny_model; make_tiny_model(sys.argv[1])"
     subprocess.run([sys.executable, "-c", code, str(directory)], check=True, env=child_env(), timeout=300)
     return str(directory)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def accelbench(url: str, rate: float, count: int, transport: str, processes: str = "auto") -> dict:
@@ -274,9 +267,8 @@ def main() -> None:
     started = time.monotonic()
     started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     wanted = {t.strip() for t in args.tools.split(",") if t.strip()}
-    port = free_port()
     server_cmd = [
-        sys.executable, "-m", "accelbench.workers.bench.nullserver", "--port", str(port),
+        sys.executable, "-m", "accelbench.workers.bench.nullserver", "--port", "0",
         "--processes", str(args.server_processes),
     ]  # fmt: skip
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
@@ -293,8 +285,13 @@ def main() -> None:
             server_cmd = [sys.executable, "-c", pin, ",".join(map(str, cpus[:taken])), *server_cmd]
         except OSError as exc:
             print(f"no CPU pinning: {exc}", flush=True)
-    server = subprocess.Popen(server_cmd)
-    url = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen(server_cmd, stdout=subprocess.PIPE, text=True)
+    announced = (
+        server.stdout.readline().split() if server.stdout else []
+    )  # `listening <port>`, once it listens
+    if len(announced) != 2:
+        sys.exit(f"the null server did not start (exit {server.wait()})")
+    url = f"http://127.0.0.1:{announced[1]}"
     tools: dict[str, Callable[[float, int], dict]] = {}
     if "raw" in wanted:
         tools["accelbench (raw transport)"] = lambda r, n: accelbench(url, r, n, "raw", args.client_processes)
