@@ -132,7 +132,7 @@ def test_the_operator_image_reconciles_a_run_against_the_cluster(env: Env, opera
     )
     log = operator_from_image.read_text(errors="replace")
     assert "accelbench controller configured" in log, log[-3000:]
-    assert obj["status"]["children"]["job"] == "from-image-train", obj["status"]
+    assert obj["status"]["children"]["job"] == "from-image-train", str(obj["status"])
     assert obj["status"]["cost"]["dollarsPerChipHour"] > 0
     print(f"run Succeeded {time.monotonic() - started:.1f} s after apply, operator from its image")
     env.kubectl("delete", "finetunejobs", "from-image", "--wait=false")

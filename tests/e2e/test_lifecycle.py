@@ -77,7 +77,7 @@ def test_ttl_zero_keeps_the_result_and_the_operator_cleans_up_after_storing_it(
     status, and a restart afterwards creates nothing."""
     env.apply(run("ttl-zero", tiny, 4, ttlSecondsAfterFinished=0))
     obj = terminal(env, "ttl-zero")
-    assert obj["status"]["phase"] == "Succeeded", obj["status"]
+    assert obj["status"]["phase"] == "Succeeded", str(obj["status"])
     assert obj["status"]["results"]["steps"] == 4
     wait_for(lambda: not jobs_of(env, "ttl-zero"), timeout=60, what="the operator's cleanup of the Job")
     env.operator.restart()
@@ -135,7 +135,7 @@ def test_pods_deleted_after_completion_keep_the_result(env: Env, tiny: dict[str,
             stored = terminal(env, name)
         env.kubectl("delete", "pods", "-l", f"job-name={job.metadata.name}", "--wait=true")
     obj = terminal(env, name, timeout=120)
-    assert obj["status"]["phase"] == "Succeeded", obj["status"]
+    assert obj["status"]["phase"] == "Succeeded", str(obj["status"])
     if away:  # the message is waited for REPORT_GRACE after the Job's completion, then the ConfigMap read
         obj = wait_for(lambda: (o := env.get(FT, name))["status"].get("results") and o, what="results")
         valid = condition(obj, "ResultValid")
@@ -194,7 +194,7 @@ def test_a_bench_whose_client_pod_is_gone_keeps_its_full_result(env: Env, tiny: 
         timeout=120,
         what="results",
     )
-    assert obj["status"]["phase"] == "Succeeded", obj["status"]
+    assert obj["status"]["phase"] == "Succeeded", str(obj["status"])
     assert f"ConfigMap {name}-results" in condition(obj, "ResultValid")["message"]
     data = env.core.read_namespaced_config_map(f"{name}-results", "default").data
     assert set(data) == {"report.json", "results.json"}
@@ -214,7 +214,7 @@ def test_a_run_that_completes_while_the_operator_is_down_is_observed_once_it_is_
     finally:
         env.operator.start()
     obj = terminal(env, "down-across")
-    assert obj["status"]["phase"] == "Succeeded", obj["status"]
+    assert obj["status"]["phase"] == "Succeeded", str(obj["status"])
     assert obj["status"]["results"]["steps"] == 6
     wait_for(lambda: not jobs_of(env, "down-across"), timeout=60, what="cleanup after the result was stored")
 

@@ -275,7 +275,7 @@ def test_a_pod_wearing_a_workers_labels_is_not_taken_for_the_run(env: Env, tiny:
     env.kubectl("annotate", FT, "spoofed", "poke=1")  # wakes a pass over the run now
     time.sleep(3)
     obj = env.get(FT, "spoofed")
-    assert obj["status"]["phase"] == "Suspended", obj["status"]
+    assert obj["status"]["phase"] == "Suspended", str(obj["status"])
     assert not obj["status"].get("results") and not obj["status"].get("progress")
     after = env.core.read_namespaced_pod("spoofed-train-0-fake", "default")
     assert not after.metadata.owner_references

@@ -176,7 +176,7 @@ def failing_run(name: str, stores: objectstores.ObjectStores, model_uri: str, **
 
 def assert_failed_once(env: Env, name: str, reason: str, *needles: str) -> dict[str, Any]:
     obj = terminal(env, name, timeout=120)
-    assert obj["status"]["phase"] == "Failed", obj["status"]
+    assert obj["status"]["phase"] == "Failed", str(obj["status"])
     failed = condition(obj, "Failed")
     assert failed["reason"] == reason, failed
     for needle in needles:
@@ -274,7 +274,7 @@ def test_a_serving_engine_loads_its_model_from_the_bucket_and_the_results_land_i
     fetch = wait_for(fetched, timeout=180, what="the server's fetch-model init container done")
     assert (fetch.name, fetch.state.terminated.exit_code) == ("fetch-model", 0)
     obj = terminal(env, "bench-from-s3", plural="inferencebenches")
-    assert obj["status"]["phase"] == "Succeeded", obj["status"]
+    assert obj["status"]["phase"] == "Succeeded", str(obj["status"])
     assert obj["status"]["results"]["cells"]
     # The results outlive the resource: JSON, the HTML report and its plots, in the bucket.
     for key, value in stores.env().items():
@@ -290,7 +290,7 @@ def test_a_bench_whose_model_is_missing_fails_with_the_fetchs_reason_not_a_timeo
     selector = "accelbench.io/name=bench-missing"
     env.apply(bench("bench-missing", stores, missing))
     obj = terminal(env, "bench-missing", plural="inferencebenches", timeout=120)
-    assert obj["status"]["phase"] == "Failed", obj["status"]
+    assert obj["status"]["phase"] == "Failed", str(obj["status"])
     failed = condition(obj, "Failed")
     assert failed["reason"] == "ObjectNotFound" and missing in failed["message"], failed
     wait_for(  # the client, which was waiting for the endpoint, is stopped
@@ -316,7 +316,7 @@ def test_secrets_reach_the_pods_and_appear_nowhere_else(
     body["spec"]["output"] = {"uri": f"s3://{BUCKET}/bench-out/{name}"}
     env.apply(body)
     obj = terminal(env, name, plural="inferencebenches")
-    assert obj["status"]["phase"] == "Succeeded", obj["status"]
+    assert obj["status"]["phase"] == "Succeeded", str(obj["status"])
     for key, value in stores.env().items():  # this test reads the bucket as the owner of the keys
         monkeypatch.setenv(key, value)
     assert storage.read_manifest(f"s3://{BUCKET}/bench-out/{name}")["objects"]  # written with the keys

@@ -274,7 +274,7 @@ def test_quickstart_runs_the_real_worker_and_reports_throughput_and_cost(
         timeout=240,
         what="terminal phase",
     )
-    assert obj["status"]["phase"] == "Succeeded", obj["status"]
+    assert obj["status"]["phase"] == "Succeeded", str(obj["status"])
     results = obj["status"]["results"]
     assert results["tokensPerSecond"] > 0 and results["steps"] == 6
     assert results["finalLoss"] is not None
@@ -326,7 +326,7 @@ def test_pass_at_k_reaches_the_status_through_the_operator(
         timeout=240,
         what="terminal phase",
     )
-    assert obj["status"]["phase"] == "Succeeded", obj["status"]
+    assert obj["status"]["phase"] == "Succeeded", str(obj["status"])
     passk = obj["status"]["results"]["passAtK"]
     assert passk["problems"] == 3 and passk["samples"] == 3 and passk["passed"] == 2
     assert passk["scores"]["pass@1"] == pytest.approx(2 / 3, abs=1e-3)
@@ -380,7 +380,7 @@ def test_failing_worker_is_retried_then_failed_with_the_reason(env: Env, tiny: d
     )
     failed = condition(obj, "Failed")
     assert failed is not None and failed["status"] == "True"
-    assert failed["reason"] == "ContainerFailed", obj["status"]
+    assert failed["reason"] == "ContainerFailed", str(obj["status"])
     assert "137" in failed["message"], failed["message"]
     job = job_of(env, "crash")
     assert (job.status.failed or 0) == 2  # the first try and one retry
@@ -438,7 +438,7 @@ def test_operator_restart_mid_run_makes_no_duplicates_and_the_job_finishes(
         timeout=240,
         what="terminal phase after restart",
     )
-    assert obj["status"]["phase"] == "Succeeded", obj["status"]
+    assert obj["status"]["phase"] == "Succeeded", str(obj["status"])
     jobs = env.batch.list_namespaced_job("default", label_selector="accelbench.io/name=restart").items
     assert [j.metadata.uid for j in jobs] == [uid_before]
     assert len(pods_of(env, "restart")) == 1
@@ -463,7 +463,7 @@ def test_quickstart_inference_bench_serves_measures_and_stops_the_server(
         timeout=300,
         what="InferenceBench terminal phase",
     )
-    assert obj["status"]["phase"] == "Succeeded", obj["status"]
+    assert obj["status"]["phase"] == "Succeeded", str(obj["status"])
     results = obj["status"]["results"]
     assert results["cells"] and all(c["ttftP50Ms"] > 0 for c in results["cells"])
     assert results["peakOutputTokensPerSecond"] > 0
@@ -553,7 +553,7 @@ def test_the_quickstarts_run_in_a_pod_security_restricted_namespace(env: Env, ti
                 timeout=300,
                 what=f"{name} terminal",
             )
-            assert obj["status"]["phase"] == "Succeeded", obj["status"]
+            assert obj["status"]["phase"] == "Succeeded", str(obj["status"])
             assert obj["status"]["results"], obj["status"]  # the bench's: its engine answered too
     finally:
         env.kubectl("delete", "namespace", ns, "--wait=false")
@@ -627,7 +627,7 @@ def test_the_study_serving_examples_serve_the_fine_tuned_model_end_to_end(
             timeout=600,
             what=f"{name} terminal phase",
         )
-        assert obj["status"]["phase"] == "Succeeded", obj["status"]
+        assert obj["status"]["phase"] == "Succeeded", str(obj["status"])
         source, output = trained[name]
         assert env.get(FT, source)["status"]["phase"] == "Succeeded"
         served = obj["status"]["servedModel"]
@@ -661,7 +661,7 @@ def test_an_adapter_output_meets_an_engine_that_cannot_serve_it_with_a_clear_ref
         what="serve-adapter refused",
     )
     assert env.get(FT, "adapter-only")["status"]["phase"] == "Succeeded"
-    assert "does not serve a LoRA adapter" in obj["status"]["message"], obj["status"]
+    assert "does not serve a LoRA adapter" in obj["status"]["message"], str(obj["status"])
     assert "mergeLora" in obj["status"]["message"] and not obj["status"].get("children")
     assert condition(obj, "Applied")["reason"] == "InvalidSpec"
 
@@ -718,7 +718,7 @@ def test_super_resolution_task_trains_sr3_through_the_operator(env: Env, tmp_pat
     }  # fmt: skip
     env.apply(body)
     obj = _terminal(env, FT, "quick-sr3")
-    assert obj["status"]["phase"] == "Succeeded", obj["status"]
+    assert obj["status"]["phase"] == "Succeeded", str(obj["status"])
     assert obj["status"]["plan"]["strategy"] == "ddp" and obj["status"]["plan"]["chips"] == 1
     results = obj["status"]["results"]
     sr = results["superResolution"]
@@ -763,7 +763,7 @@ def test_quantize_task_exports_a_model_the_inference_bench_serves(
     env.apply(body)
     env.apply(bench)
     obj = _terminal(env, FT, "quick-quant")
-    assert obj["status"]["phase"] == "Succeeded", obj["status"]
+    assert obj["status"]["phase"] == "Succeeded", str(obj["status"])
     q = obj["status"]["results"]["quantization"]
     # two decoder blocks of seven projections, the embeddings and the output head
     assert q["effectiveBits"] <= 6 and q["layers"] == 2 * 7 + 2 and q["compression"] > 1
