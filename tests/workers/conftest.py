@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from accelbench.workers.testing import make_chat_dataset, make_tiny_model
 
@@ -64,11 +63,6 @@ def finetune_manifest(
         "metadata": {"name": "tiny"},
         "spec": spec,
     }
-
-
-def write_manifest(path: Path, manifest: dict[str, Any]) -> Path:
-    path.write_text(yaml.safe_dump(manifest, sort_keys=False))
-    return path
 
 
 @pytest.fixture

@@ -158,10 +158,6 @@ def fetched_uris(bench: InferenceBench) -> list[tuple[str, str]]:
     return [(name, uri) for name, uri in served_uris(bench) if is_object_store(uri)]
 
 
-def fetches_model(bench: InferenceBench) -> bool:
-    return bool(fetched_uris(bench))
-
-
 def build_fetch_container(bench: InferenceBench, image: str, name: str, uri: str) -> dict[str, Any]:
     """An init container copying `uri` into the cache emptyDir with workers.storage, as the pod's
     ServiceAccount (Workload Identity / IRSA) and with the server's env (an endpoint, a secretKeyRef)."""
