@@ -302,3 +302,62 @@ def test_a_twelve_cell_campaign_stops_at_its_budget_through_kills_and_reports_ev
     from_artifact = {r["name"] for r in json.loads(compared.stdout) if r["cluster"] == CLUSTER}
     succeeded = {n for n, r in rows.items() if r["phase"] == "Succeeded"}
     assert succeeded <= from_artifact <= set(seen), (succeeded, from_artifact)
+
+
+def sr3_scaling(images: Path) -> dict[str, Any]:
+    """examples/campaigns/sr3-scaling.yaml on the local-exec CPU node: its matrix over accelerator
+    count cut to one and two CPU chips (one and two worker processes), a tiny UNet on images the
+    test writes, one run at a time so neither run's images/s shares the cores with the other."""
+    body = yaml.safe_load((ROOT / "examples/campaigns/sr3-scaling.yaml").read_text())
+    finetune = body["spec"]["finetune"]
+    arms = finetune["matrix"]["axes"]["accelerator"]
+    assert [a["count"] for a in arms] == [1, 2, 4, 8] * 2  # the study's shape: over count, two kinds
+    template = finetune["template"]
+    assert template["task"] == "superResolution"
+    template["dataset"]["uri"] = str(images)
+    template["superResolution"] = {
+        "imageSize": 16, "scale": 2, "channels": [16, 32], "layersPerBlock": 1, "globalBatchSize": 4,
+        "steps": 6, "warmupSteps": 2, "evalImages": 2, "sampleSteps": 2, "precision": "fp32",
+    }  # fmt: skip
+    template["accelerator"] = {"type": "cpu", "count": 1}
+    template["scheduling"] = {"nodeSelector": {"accelbench.io/local-exec": "true"}}
+    finetune["matrix"]["axes"]["accelerator"] = [{"type": "cpu", "count": n} for n in (1, 2)]
+    body["spec"]["maxConcurrent"] = 1
+    body["spec"]["budget"] = {"maxUSD": 1}
+    return body
+
+
+def test_the_sr3_campaign_reports_scaling_efficiency_over_chip_count(env: Env, tmp_path: Path) -> None:
+    """Issue 18 parts 4 and 5: the scaling figure T(N)/(N·T(1)) is computed by a campaign over
+    `count` from the runs' own images/s, and reaches the campaign's status and its HTML report."""
+    from accelbench.workers.diffusion.images import make_sr_dataset
+
+    env.apply(sr3_scaling(make_sr_dataset(tmp_path / "images", n=10, size=16, seed=2)))
+    obj = wait_for(
+        lambda: (o := env.get(PLURAL, "sr3-scaling")).get("status", {}).get("phase") == "Finished" and o,
+        timeout=600,
+        what="the SR3 scaling campaign finished",
+    )
+    status = obj["status"]
+    assert status["totals"]["cells"] == 2 and status["totals"]["succeeded"] == 2, str(status)
+    by_chips: dict[int, dict[str, Any]] = {}
+    for summary in status["summary"]:
+        run = env.get("finetunejobs", summary["name"])["status"]
+        measured = run["results"]["superResolution"]["imagesPerSecond"]
+        assert summary["imagesPerSecond"]["median"] == pytest.approx(measured, rel=1e-6), summary
+        by_chips[run["plan"]["chips"]] = summary
+    one, two = by_chips[1]["imagesPerSecond"]["median"], by_chips[2]["imagesPerSecond"]["median"]
+    assert by_chips[1]["scalingEfficiency"] == 1.0
+    assert by_chips[2]["scalingEfficiency"] == pytest.approx(two / (2 * one), abs=1e-4)
+
+    out = tmp_path / "report"
+    done = subprocess.run(
+        [CLI, "report", "--campaign", "sr3-scaling", "-n", "default", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "KUBECONFIG": str(env.cluster.kubeconfig)},
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    page = (out / "index.html").read_text()
+    assert "scaling T(N)/(N·T(1))" in page and f"{by_chips[2]['scalingEfficiency']:.2f}" in page

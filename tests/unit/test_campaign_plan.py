@@ -4,6 +4,7 @@ what order, under which caps, and the status it writes. Pure: the runs are dicts
 from __future__ import annotations
 
 import copy
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -317,16 +318,20 @@ def test_a_cell_that_cannot_be_made_stalls_the_campaign_naming_it() -> None:
 
 
 class CampaignKube:
-    def __init__(self, taken: dict[str, dict[str, Any]] | None = None) -> None:
+    def __init__(self, taken: dict[str, dict[str, Any]] | None = None, invalid: str | None = None) -> None:
         self.created: list[dict[str, Any]] = []
         self.status_writes: list[dict[str, Any]] = []
         self.taken = taken or {}  # name -> the object already there
+        self.invalid = invalid  # every create refused with 422 and this message
 
     def create(self, obj: dict[str, Any]) -> dict[str, Any]:
         from accelbench.kubeapi import ApiError
 
         if obj["metadata"]["name"] in self.taken:
             raise ApiError(status=409, reason="AlreadyExists")
+        if self.invalid is not None:
+            body = json.dumps({"kind": "Status", "reason": "Invalid", "message": self.invalid, "code": 422})
+            raise ApiError(status=422, reason="Unprocessable Entity", body=body)
         self.created.append(obj)
         return obj
 
@@ -489,3 +494,36 @@ def test_a_measured_cell_projects_its_siblings_scaled_up_by_their_work_never_dow
     assert slow.hours * slow.headroom == pytest.approx(60 / 3600)  # a minute past 36 s, not 18 s
     # A failed run measures nothing: the prior (or the deadline) stays.
     assert measured_runs([finished(short, phase="Failed")], CATALOG) == {}
+
+
+def test_a_run_is_made_of_what_the_template_says_so_a_task_refusing_causal_lm_fields_is_admitted() -> None:
+    """Defaults are not written into a cell's run: the apiserver counts a written default as set,
+    and refuses spec.training, spec.method and spec.parallelism on task superResolution."""
+    from accelbench.api.finetune import CAUSAL_LM_ONLY
+
+    sr3 = campaign("sr3-scaling", maxConcurrent=8)
+    out = plan_campaign(sr3, [], CATALOG, NOW)
+    assert len(out.create) == 4, out.status["message"]  # the H100 cells; Gaudi 3 has no price for maxUSD
+    assert all("no price for gaudi3" in why for why in out.status["waiting"].values())
+    written = yaml.safe_load((ROOT / "examples/campaigns/sr3-scaling.yaml").read_text())
+    for run in out.create:
+        assert set(run["spec"]) == set(written["spec"]["finetune"]["template"]), run["spec"]
+        assert not set(CAUSAL_LM_ONLY) & set(run["spec"])
+        assert run["spec"]["superResolution"] == written["spec"]["finetune"]["template"]["superResolution"]
+
+
+def test_a_run_the_apiserver_refuses_shows_its_cell_invalid_and_stalls_the_campaign_with_why() -> None:
+    body = campaign("cpu-demo").model_dump(by_alias=True, exclude_none=True, mode="json")
+    refused = CampaignKube(invalid="spec: Invalid value: spec.training applies only to task causalLM")
+    outcome = _pass(refused, body)
+    assert refused.created == [] and not outcome.retry and outcome.requeue_after == 60.0
+    (status,) = refused.status_writes
+    assert status["phase"] == "Stalled" and "rejected by the apiserver" in status["message"]
+    assert "spec.training applies only to task causalLM" in status["message"]
+    rejected = [c for c in status["cells"] if c.get("reason") == "RejectedByApiserver"]
+    assert len(rejected) == 2 and all(
+        c["phase"] == "Invalid" and c["name"] in status["message"] for c in rejected
+    )
+    waiting = sum(c["phase"] == "Waiting" for c in status["cells"])
+    assert status["totals"]["waiting"] == waiting
+    assert {c["type"]: c["status"] for c in status["conditions"]}["Stalled"] == "True"

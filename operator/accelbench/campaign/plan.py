@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from ..api import API_VERSION, FinetuneJob, InferenceBench, Phase, parse_resource
+from ..api.base import ApiModel
 from ..api.campaign import FROM_FINETUNE, Baseline, BenchCampaign, CellRow, CellSummary, Matrix, Totals
 from ..api.contract import ANNOTATION_CELL_VALUES, LABEL_CAMPAIGN, LABEL_CELL
 from ..api.errors import describe
@@ -29,6 +30,7 @@ from .results import Conclusions, conclude, selects
 TERMINAL = (Phase.SUCCEEDED.value, Phase.FAILED.value)
 WAITING_FOR_MODEL = "waiting for its model"
 SKIPPED = "Skipped"  # a serving cell whose model's training failed: it never runs
+REJECTED = "RejectedByApiserver"  # a cell's run the apiserver refused to create (with_rejected)
 
 
 @dataclass
@@ -39,15 +41,27 @@ class CampaignPass:
     skipped: dict[str, str] = field(default_factory=dict)  # cell run name -> why it never runs
 
 
+def as_written(template: ApiModel) -> dict[str, Any]:
+    """A template as its author wrote it: the fields they set, no defaults filled in. Each run's
+    spec is this plus its cell's values; the defaults come back when the run is read. A default
+    written out counts as set on the apiserver (`has()`), and some fields are refused when set
+    (spec.training with task superResolution), so filling them in would refuse every such run."""
+    return template.model_dump(by_alias=True, exclude_none=True, exclude_unset=True, mode="json")
+
+
 def arms(campaign: BenchCampaign) -> list[tuple[str, dict[str, Any], Matrix]]:
     arms = []
     if campaign.spec.finetune is not None:
         arms.append(
-            (FinetuneJob.KIND, campaign.spec.finetune.template.to_wire(), campaign.spec.finetune.matrix)
+            (FinetuneJob.KIND, as_written(campaign.spec.finetune.template), campaign.spec.finetune.matrix)
         )
     if campaign.spec.inference is not None:
         arms.append(
-            (InferenceBench.KIND, campaign.spec.inference.template.to_wire(), campaign.spec.inference.matrix)
+            (
+                InferenceBench.KIND,
+                as_written(campaign.spec.inference.template),
+                campaign.spec.inference.matrix,
+            )
         )
     return arms
 
@@ -441,6 +455,27 @@ def campaign_status(
     if spec_baseline is not None:
         status["baseline"] = _describe_baseline(spec_baseline, concluded, baseline)
     return status
+
+
+def with_rejected(status: Mapping[str, Any], rejected: Mapping[str, str]) -> dict[str, Any]:
+    """The status of a pass whose runs the apiserver refused to create (`rejected`: run name -> its
+    message): those cells Invalid and the campaign Stalled, saying why, as for a cell the plan
+    could not make. The same spec is refused again, so only a new campaign spec moves it on."""
+    if not rejected:
+        return dict(status)
+    rows = status.get("cells") or []
+    cells = [
+        {**row, "phase": "Invalid", "reason": REJECTED} if row.get("name") in rejected else row
+        for row in rows
+    ]
+    was_waiting = sum(
+        row.get("name") in rejected and row.get("phase") in ("Waiting", "Creating") for row in rows
+    )
+    totals = dict(status.get("totals") or {})
+    if was_waiting:  # an Invalid cell is not counted as waiting (campaign_status)
+        totals["waiting"] = max(0, int(totals.get("waiting", 0)) - was_waiting)
+    why = "; ".join(f"{name}: rejected by the apiserver: {msg}" for name, msg in sorted(rejected.items()))
+    return {**status, "phase": "Stalled", "message": why[:1024], "cells": cells, "totals": totals}
 
 
 def _describe_baseline(spec: Baseline, concluded: Conclusions, earlier: Sequence[CellSummary] | None) -> str:

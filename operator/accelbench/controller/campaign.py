@@ -20,7 +20,7 @@ from ..api.campaign import BenchCampaign, CellSummary
 from ..api.errors import describe
 from ..api.status import ConditionType, Reason
 from ..campaign.artifact import ArtifactError, artifact_document, artifact_uri, write_artifact
-from ..campaign.plan import plan_campaign
+from ..campaign.plan import plan_campaign, with_rejected
 from ..kubeapi import ApiError
 from .cache import is_controlled_by
 from .conditions import conditions_to_wire, make_condition, merge_conditions, now_rfc3339, parse_conditions
@@ -34,6 +34,9 @@ log = logging.getLogger(__name__)
 RUNNING_PASS_S = 30.0  # runs' events wake the campaign; this only bounds a missed one
 STALLED_PASS_S = 60.0  # budget held: a cell that ends (an event) frees it sooner
 ARTIFACT_RETRY_S = 60.0  # a store that refused or failed: tried again, the campaign stays Finished
+# The apiserver refused the manifest itself (a CRD rule, a schema): the same spec is refused again,
+# so the cell is shown Invalid with the apiserver's message instead of retried ever after.
+REFUSED_MANIFEST = (400, 422)
 
 
 def campaign_conditions(
@@ -163,6 +166,7 @@ def reconcile_campaign(snap: Snapshot, state: ControllerState, now: datetime) ->
     else:
         planned = plan_campaign(campaign, snap.runs, state.catalog(), now, baseline_summary(snap.baseline))
         desired = planned.status
+        rejected: dict[str, str] = {}
         for manifest in planned.create:
             run = f"{manifest['kind']}/{manifest['metadata']['name']}"
             try:
@@ -176,10 +180,14 @@ def reconcile_campaign(snap: Snapshot, state: ControllerState, now: datetime) ->
                     desired["message"] = f"NameConflict: {run} exists and is not this campaign's"
                     continue
                 log.warning("%s/%s: creating %s failed: %s", namespace, name, run, api_error_message(exc))
+                if exc.status in REFUSED_MANIFEST:
+                    rejected[manifest["metadata"]["name"]] = api_error_message(exc)
+                    continue
                 outcome = Outcome("retry", retry=True)
             except (HTTPError, OSError) as exc:
                 log.warning("%s/%s: creating %s failed: %s", namespace, name, run, exc)
                 outcome = Outcome("retry", retry=True)
+        desired = with_rejected(desired, rejected)
         artifact = write_campaign_artifact(campaign, body, {**stored, **desired}, snap.runs, state, now)
         if artifact is not None and artifact.error is None:
             desired["artifact"] = artifact.uri
