@@ -74,6 +74,28 @@ def test_every_example_is_accepted_by_the_apiserver(env: Env, example: Path) -> 
     assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.parametrize(
+    "example", sorted((ROOT / "examples/campaigns").glob("*.yaml")), ids=lambda p: p.stem
+)
+def test_every_run_an_example_campaign_makes_is_accepted_by_the_apiserver(
+    env: Env, example: Path, tmp_path: Path
+) -> None:
+    """The campaign manifest passing is not enough: each cell's run is a manifest of its own, checked
+    by its own CRD's rules (a superResolution run that gained spec.training from the defaults was
+    refused, and the campaign never ran a cell)."""
+    from accelbench.cli.manifests import campaign_runs
+
+    runs = campaign_runs(yaml.safe_load(example.read_text()))
+    assert runs
+    for run in runs:
+        run["metadata"]["namespace"] = "default"
+    runs_file = tmp_path / "runs.yaml"
+    runs_file.write_text(yaml.safe_dump_all(runs))
+    done = env.kubectl("apply", "--dry-run=server", "-f", str(runs_file), check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("(server dry run)") == len(runs), done.stdout
+
+
 @pytest.mark.parametrize("name", ["r" * 53, "Gemma-LoRA", "1st-run", "run.v2"])
 def test_a_name_that_cannot_make_its_children_is_refused(env: Env, name: str) -> None:
     """53 characters: a pod's hostname <name>-train-<index> could pass 63; uppercase, a leading digit or
