@@ -382,6 +382,17 @@ KERNEL_CATEGORIES: list[tuple[str, tuple[str, ...]]] = [
 ]
 
 
+# Ranges on the GPU's timeline that are not kernels: the profiler's own step marker
+# (ProfilerStep#N, keyed "ProfilerStep*") and record_function annotations. They span kernels
+# counted on their own, so adding them counts that time twice (the first H100 profiles of
+# 2026-12-07 did: busy time past the step's wall time, idle read 0).
+ANNOTATION_PREFIXES = ("ProfilerStep",)
+
+
+def is_kernel(name: str, user_annotation: bool = False) -> bool:
+    return not user_annotation and not name.startswith(ANNOTATION_PREFIXES)
+
+
 def kernel_category(name: str) -> str:
     """The category of a GPU kernel by its name; "other elementwise / norm" for the rest."""
     lowered = name.lower()
@@ -391,21 +402,30 @@ def kernel_category(name: str) -> str:
     return "other elementwise / norm"
 
 
-def profile_breakdown(kernels: list[tuple[str, float, int]], step_seconds: float) -> dict[str, Any]:
+def profile_breakdown(kernels: list[tuple[str, float, int]], wall_seconds: float) -> dict[str, Any]:
     """kernels: (name, device seconds, calls) of one profiled step -> seconds per category, the
-    GPU's busy time, and idle time (the step's wall time the GPU ran no kernel: launch overhead,
-    host work, synchronisation)."""
+    GPU's busy time, and idle time (the step's span the GPU ran no kernel: launch overhead, host
+    work, synchronisation). The step's span is the profiler's step range on the GPU timeline when
+    `kernels` holds it (ProfilerStep*), else `wall_seconds`, the host's time for the window (which
+    also holds the profiler's own trace collection, so idle reads high)."""
     by_category: dict[str, dict[str, float]] = {}
+    marked: float | None = None
     for name, seconds, calls in kernels:
+        if name.startswith(ANNOTATION_PREFIXES):
+            marked = seconds
+        if not is_kernel(name):
+            continue
         entry = by_category.setdefault(kernel_category(name), {"seconds": 0.0, "kernels": 0})
         entry["seconds"] += seconds
         entry["kernels"] += calls
+    step_seconds = marked if marked else wall_seconds
     busy = sum(e["seconds"] for e in by_category.values())
     idle = max(step_seconds - busy, 0.0)
     ranked = sorted(by_category.items(), key=lambda kv: -kv[1]["seconds"])
     share = {k: round(v["seconds"] / step_seconds, 4) for k, v in ranked} if step_seconds > 0 else {}
     return {
         "step_seconds": round(step_seconds, 5),
+        "step_span": "profiler step range on the GPU" if marked else "host wall time of the window",
         "gpu_busy_seconds": round(busy, 5),
         "gpu_idle_seconds": round(idle, 5),
         "categories": {
@@ -458,9 +478,14 @@ class StepProfiler:
         wall = time.perf_counter() - self.window_started
         averages = prof.key_averages()
         gpu = [e for e in averages if e.device_type != DeviceType.CPU]
-        kernels = [(e.key, e.self_device_time_total / 1e6, e.count) for e in gpu]
+        kernels = [  # kernels, and the step marker profile_breakdown takes the step's span from
+            (e.key, e.self_device_time_total / 1e6, e.count)
+            for e in gpu
+            if e.key.startswith(ANNOTATION_PREFIXES)
+            or is_kernel(e.key, bool(getattr(e, "is_user_annotation", False)))
+        ]
         if not kernels:  # CPU run (dry run): the ops' own CPU time stands in for kernels
-            kernels = [(e.key, e.self_cpu_time_total / 1e6, e.count) for e in averages]
+            kernels = [(e.key, e.self_cpu_time_total / 1e6, e.count) for e in averages if is_kernel(e.key)]
         self.summary = {"step": self.step, **profile_breakdown(kernels, wall)}
         sort_by = "self_device_time_total" if gpu else "self_cpu_time_total"
         self.table_path.write_text(

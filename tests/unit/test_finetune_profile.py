@@ -54,3 +54,16 @@ def test_breakdown_adds_up_to_the_step_with_idle_time_for_the_rest() -> None:
     assert out["share_of_step"]["idle"] == pytest.approx(0.25)
     # kernels on overlapping streams can add up past the wall time: idle is then 0, never negative
     assert _child().profile_breakdown(kernels, 0.5)["gpu_idle_seconds"] == 0.0
+
+
+def test_the_profilers_step_marker_is_the_steps_span_not_gpu_work() -> None:
+    """ProfilerStep* spans the step's kernels on the GPU timeline: counted as work, it doubled the
+    busy time and hid the idle time (the first H100 profiles). It is the step's span instead of the
+    host's wall time, which also holds the profiler's trace collection."""
+    kernels = [("ProfilerStep*", 0.8, 1), ("nvjet_sm90_tst_192x192", 0.6, 400), ("elementwise_add", 0.1, 90)]
+    out = _child().profile_breakdown(kernels, 1.5)
+    assert out["step_seconds"] == 0.8 and out["step_span"] == "profiler step range on the GPU"
+    assert out["gpu_busy_seconds"] == pytest.approx(0.7) and out["gpu_idle_seconds"] == pytest.approx(0.1)
+    assert out["categories"]["other elementwise / norm"] == {"seconds": 0.1, "kernels": 90}
+    assert sum(out["share_of_step"].values()) == pytest.approx(1.0)
+    assert not _child().is_kernel("gemm_of_a_named_range", user_annotation=True)
