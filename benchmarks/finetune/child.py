@@ -478,11 +478,12 @@ class StepProfiler:
         wall = time.perf_counter() - self.window_started
         averages = prof.key_averages()
         gpu = [e for e in averages if e.device_type != DeviceType.CPU]
-        kernels = [  # kernels, and the step marker profile_breakdown takes the step's span from
+        # Kernels, and the step marker (profile_breakdown takes the step's span from it); other
+        # user annotations are ranges, not work.
+        kernels = [
             (e.key, e.self_device_time_total / 1e6, e.count)
             for e in gpu
-            if e.key.startswith(ANNOTATION_PREFIXES)
-            or is_kernel(e.key, bool(getattr(e, "is_user_annotation", False)))
+            if not getattr(e, "is_user_annotation", False) or e.key.startswith(ANNOTATION_PREFIXES)
         ]
         if not kernels:  # CPU run (dry run): the ops' own CPU time stands in for kernels
             kernels = [(e.key, e.self_cpu_time_total / 1e6, e.count) for e in averages if is_kernel(e.key)]

@@ -30,6 +30,7 @@ from .results import Conclusions, conclude, selects
 TERMINAL = (Phase.SUCCEEDED.value, Phase.FAILED.value)
 WAITING_FOR_MODEL = "waiting for its model"
 SKIPPED = "Skipped"  # a serving cell whose model's training failed: it never runs
+NOT_STARTED = ("Waiting", "Creating")  # counted as waiting in totals
 REJECTED = "RejectedByApiserver"  # a cell's run the apiserver refused to create (with_rejected)
 
 
@@ -400,8 +401,8 @@ def campaign_status(
         succeeded=sum(r.phase == Phase.SUCCEEDED.value for r in counted),
         failed=sum(r.phase == Phase.FAILED.value for r in counted),
         skipped=sum(r.phase == SKIPPED for r in counted),
-        running=sum(r.phase not in (*TERMINAL, SKIPPED, "Waiting", "Creating") for r in counted),
-        waiting=sum(r.phase in ("Waiting", "Creating") for r in counted),
+        running=sum(r.phase not in (*TERMINAL, SKIPPED, *NOT_STARTED) for r in counted),
+        waiting=sum(r.phase in NOT_STARTED for r in counted),
         dollars=round(sum(r.cost_dollars or 0.0 for r in rows), 4),
         chip_hours=round(sum(r.chip_hours or 0.0 for r in rows), 4),
         unpriced_cells=sum(r.cost_dollars is None and bool(r.chip_hours) for r in rows),
@@ -468,11 +469,9 @@ def with_rejected(status: Mapping[str, Any], rejected: Mapping[str, str]) -> dic
         {**row, "phase": "Invalid", "reason": REJECTED} if row.get("name") in rejected else row
         for row in rows
     ]
-    was_waiting = sum(
-        row.get("name") in rejected and row.get("phase") in ("Waiting", "Creating") for row in rows
-    )
+    was_waiting = sum(row.get("name") in rejected and row.get("phase") in NOT_STARTED for row in rows)
     totals = dict(status.get("totals") or {})
-    if was_waiting:  # an Invalid cell is not counted as waiting (campaign_status)
+    if was_waiting:  # an Invalid cell is not counted as waiting
         totals["waiting"] = max(0, int(totals.get("waiting", 0)) - was_waiting)
     why = "; ".join(f"{name}: rejected by the apiserver: {msg}" for name, msg in sorted(rejected.items()))
     return {**status, "phase": "Stalled", "message": why[:1024], "cells": cells, "totals": totals}
